@@ -1,0 +1,1 @@
+# One line per test file: caflm_add_test(<file stem> <libraries>).
