@@ -54,6 +54,13 @@ class PrefixCache {
   /// Drops every entry, releasing the cache's references.
   void clear(BlockPool& pool);
 
+  /// Calls `visit(BlockId)` for every cached block.
+  template <class Visit>
+  void for_each_block(Visit&& visit) const {
+    for (std::uint32_t i = lru_head_; i != none; i = entries_[i].lru_next)
+      visit(entries_[i].block);
+  }
+
   /// Blocks found by lookups so far.
   std::uint64_t hits() const { return hits_; }
   /// Full blocks looked up but not found.

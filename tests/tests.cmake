@@ -1,2 +1,12 @@
 # One line per test file: caflm_add_test(<file stem> <libraries>).
+caflm_add_test(test_block_pool caflm_kv)
+caflm_add_test(test_block_table caflm_kv)
 caflm_add_test(test_sampler caflm_scheduler)
+caflm_add_test(test_prefix_cache caflm_kv)
+caflm_add_test(test_gguf caflm_model)
+caflm_add_test(test_cpu_matmul caflm_model)
+caflm_add_test(test_cpu_kernels caflm_model)
+caflm_add_test(test_request_table caflm_scheduler)
+caflm_add_test(test_no_allocation caflm_scheduler)
+caflm_add_test(test_scheduler_random caflm_scheduler)
+caflm_add_test(test_tokenizer caflm_model)
