@@ -118,7 +118,7 @@ struct Bf16Weights {
 template <typename Weights>
 struct FloatKernel {
   template <int MR, int NR>
-  static void block(const Problem& p, size_t row0, size_t col0) {
+  __attribute__((flatten)) static void block(const Problem& p, size_t row0, size_t col0) {
     const uint8_t* w_rows[NR];
     unrolled<NR>([&](int j) { w_rows[j] = p.w + (col0 + j) * p.w_row_bytes; });
     const float* x_rows[MR];
@@ -149,26 +149,23 @@ struct FloatKernel {
   }
 };
 
-// Sum of the 32 products of signed bytes a * b in 8 int32 lanes (exact), as
-// llama.cpp's AVX2 q8_0 dot: |a| as unsigned times b with a's sign.
-__m256i dot_i8(__m256i a, __m256i b) {
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
-
 // MR rows x NR columns of y for Q8_0 weights against Q8_0-quantized x: per
 // element one 8-lane accumulator takes fma(d_w * d_x, exact block sums) block
-// by block along K.
+// by block along K. The block sums are llama.cpp's AVX2 q8_0 dot: |w| as
+// unsigned bytes times x with w's sign, pairs added to int16 (no overflow:
+// |x| <= 127) and then to 8 int32 lanes.
 struct Q8Kernel {
   template <int MR, int NR>
-  static void block(const Problem& p, size_t row0, size_t col0) {
+  __attribute__((flatten)) static void block(const Problem& p, size_t row0, size_t col0) {
     const uint8_t* w_rows[NR];
     unrolled<NR>([&](int j) { w_rows[j] = p.w + (col0 + j) * p.w_row_bytes; });
     const size_t n_blocks = p.k / kQ8_0BlockSize;
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[MR][NR];
     zero(acc);
     for (size_t b = 0; b < n_blocks; ++b) {
       __m256i w_q[NR];
+      __m256i w_abs[NR];
       float w_d[NR];
       unrolled<NR>([&](int j) {
         const uint8_t* block = w_rows[j] + b * kQ8_0BlockBytes;
@@ -176,6 +173,7 @@ struct Q8Kernel {
         std::memcpy(&d_bits, block, sizeof d_bits);
         w_d[j] = _cvtsh_ss(d_bits);
         w_q[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+        w_abs[j] = _mm256_sign_epi8(w_q[j], w_q[j]);
       });
       unrolled<MR>([&](int i) {
         const size_t row = row0 + i;
@@ -183,7 +181,8 @@ struct Q8Kernel {
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.x_q + row * p.k) + b);
         const float x_d = p.x_d[row * n_blocks + b];
         unrolled<NR>([&](int j) {
-          const __m256 sums = _mm256_cvtepi32_ps(dot_i8(w_q[j], x_q));
+          const __m256i pairs = _mm256_maddubs_epi16(w_abs[j], _mm256_sign_epi8(x_q, w_q[j]));
+          const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
           acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(w_d[j] * x_d), sums, acc[i][j]);
         });
       });
