@@ -253,7 +253,7 @@ void GgufFile::Unmapper::operator()(void* address) const {
 
 GgufFile GgufFile::open(const std::string& path) {
   GgufFile file;
-  file.source_ = "GGUF file " + quoted(path);
+  file.source_ = "GGUF file '" + path + "'";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     throw GgufError(fmt::format("{}: cannot open: {}", file.source_, std::strerror(errno)));
@@ -446,6 +446,10 @@ void GgufFile::parse(const uint8_t* data, size_t size) {
 
     // alignment_ < 2^32 and the offset is at most the file size: no overflow.
     const uint64_t data_start = (in.offset() + alignment_ - 1) & ~(alignment_ - 1);
+    // A file without tensors (a vocabulary-only file) may end before the
+    // padding of the empty data section, as llama.cpp's own files do.
+    if (tensors_.empty())
+      return;
     if (data_start > size) {
       throw GgufError(fmt::format("file ends at byte {}, before the tensor data section, which "
                                   "starts at byte {} (alignment {})",
