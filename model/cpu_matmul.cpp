@@ -244,11 +244,13 @@ void block_row(const Problem& p, size_t row0, size_t col_begin, size_t col_end) 
 // blocks: 12 accumulators), each group sweeping the tile's columns while its
 // rows stay in L1 and the tile's weights in L2; the 1-3 rows left over use
 // wider column groups. The block shapes differ only in how many elements share
-// each load, never in the arithmetic of an element.
+// each load, never in the arithmetic of an element. Tiles are handed out
+// dynamically: which thread computes a tile never changes its bits, and a
+// thread slowed by other work on its core then takes fewer tiles.
 template <typename Kernel>
 void run_tiles(const Problem& p, size_t m) {
   const auto n_tiles = static_cast<ptrdiff_t>((p.n + kTileCols - 1) / kTileCols);
-#pragma omp parallel for schedule(static) if (m * p.n * p.k >= kParallelMinMacs)
+#pragma omp parallel for schedule(dynamic) if (m * p.n * p.k >= kParallelMinMacs)
   for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
     const size_t col_begin = static_cast<size_t>(tile) * kTileCols;
     const size_t col_end = std::min(p.n, col_begin + kTileCols);
