@@ -448,8 +448,9 @@ void GgufFile::parse(const uint8_t* data, size_t size) {
     const uint64_t data_start = (in.offset() + alignment_ - 1) & ~(alignment_ - 1);
     // A file without tensors (a vocabulary-only file) may end before the
     // padding of the empty data section, as llama.cpp's own files do.
-    if (tensors_.empty())
+    if (tensors_.empty()) {
       return;
+    }
     if (data_start > size) {
       throw GgufError(fmt::format("file ends at byte {}, before the tensor data section, which "
                                   "starts at byte {} (alignment {})",
