@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,6 +25,34 @@ alignas(32) constexpr int32_t kTailMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, 
 
 __m256i tail_mask(size_t r) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMaskTable + 8 - r));
+}
+
+// The first `count` <= 8 floats at p in the low lanes, zeros above. Callers
+// pass a constant 8 for whole chunks, where this folds to a plain load.
+__m256 load_lanes(const float* p, size_t count) {
+  return count >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(count));
+}
+
+// Stores the low `count` <= 8 lanes of v to p.
+void store_lanes(float* p, size_t count, __m256 v) {
+  if (count >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, tail_mask(count), v);
+  }
+}
+
+// Calls body(offset, count) for each chunk of 8 of [0, n), count < 8 only for
+// the last.
+template <typename Body>
+void for_each_chunk(size_t n, Body body) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    body(i, size_t{8});
+  }
+  if (i < n) {
+    body(i, n - i);
+  }
 }
 
 // Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).
@@ -60,25 +87,22 @@ __m256 exp256(__m256 x) {
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
 }
 
-// Sum over i of f(chunk i) for the n/8 rounded up chunks of 8 lanes, chunk i
-// going to accumulator i % 4, then ((a0 + a1) + (a2 + a3)) and hsum: an order
-// fixed by n alone. `chunk(offset, mask)` returns the 8 products at offset,
-// with the lanes outside `mask` zero.
+// Sum of chunk(offset, count) over the chunks of 8 of [0, n), chunk i going to
+// accumulator i % 4, then ((a0 + a1) + (a2 + a3)) and hsum: an order fixed by
+// n alone. `chunk` returns 8 lanes, those from `count` on zero.
 template <typename Chunk>
 float sum_chunks(size_t n, Chunk chunk) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
-  const __m256i all = _mm256_set1_epi32(-1);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    acc[0] = _mm256_add_ps(acc[0], chunk(i, all));
-    acc[1] = _mm256_add_ps(acc[1], chunk(i + 8, all));
-    acc[2] = _mm256_add_ps(acc[2], chunk(i + 16, all));
-    acc[3] = _mm256_add_ps(acc[3], chunk(i + 24, all));
+    acc[0] = _mm256_add_ps(acc[0], chunk(i, size_t{8}));
+    acc[1] = _mm256_add_ps(acc[1], chunk(i + 8, size_t{8}));
+    acc[2] = _mm256_add_ps(acc[2], chunk(i + 16, size_t{8}));
+    acc[3] = _mm256_add_ps(acc[3], chunk(i + 24, size_t{8}));
   }
   for (size_t lane = 0; i < n; i += 8, ++lane) {
-    const __m256i mask = n - i >= 8 ? all : tail_mask(n - i);
-    acc[lane] = _mm256_add_ps(acc[lane], chunk(i, mask));
+    acc[lane] = _mm256_add_ps(acc[lane], chunk(i, std::min<size_t>(8, n - i)));
   }
   return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
@@ -167,24 +191,17 @@ void rms_norm(const float* x, size_t m, size_t d, const float* __restrict__ weig
   for (ptrdiff_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = out + row * d;
-    const float sum_squares = sum_chunks(d, [xr](size_t i, __m256i mask) {
-      const __m256 v = _mm256_maskload_ps(xr + i, mask);
+    const float sum_squares = sum_chunks(d, [xr](size_t i, size_t count) {
+      const __m256 v = load_lanes(xr + i, count);
       return _mm256_mul_ps(v, v);
     });
     const float mean = sum_squares / static_cast<float>(d);
     // ggml scales first and multiplies by the weight in a second operation.
     const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(mean + eps));
-    size_t i = 0;
-    for (; i + 8 <= d; i += 8) {
-      const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(xr + i), scale);
-      _mm256_storeu_ps(yr + i, _mm256_mul_ps(scaled, _mm256_loadu_ps(weight + i)));
-    }
-    if (i < d) {
-      const __m256i mask = tail_mask(d - i);
-      const __m256 scaled = _mm256_mul_ps(_mm256_maskload_ps(xr + i, mask), scale);
-      _mm256_maskstore_ps(yr + i, mask,
-                          _mm256_mul_ps(scaled, _mm256_maskload_ps(weight + i, mask)));
-    }
+    for_each_chunk(d, [&](size_t i, size_t count) {
+      const __m256 scaled = _mm256_mul_ps(load_lanes(xr + i, count), scale);
+      store_lanes(yr + i, count, _mm256_mul_ps(scaled, load_lanes(weight + i, count)));
+    });
   }
 }
 
@@ -237,38 +254,34 @@ void silu_mul(const float* gate, const float* up, size_t m, size_t f, float* out
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
   for (ptrdiff_t chunk = 0; chunk < chunks; ++chunk) {
     const size_t i = static_cast<size_t>(chunk) * 8;
-    const __m256i mask = n - i >= 8 ? _mm256_set1_epi32(-1) : tail_mask(n - i);
-    const __m256 g = _mm256_maskload_ps(gate + i, mask);
-    const __m256 u = _mm256_maskload_ps(up + i, mask);
+    const size_t count = std::min<size_t>(8, n - i);
+    const __m256 g = load_lanes(gate + i, count);
     // silu(g) = g / (1 + exp(-g)), as ggml writes it.
     const __m256 silu =
         _mm256_div_ps(g, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-    _mm256_maskstore_ps(out + i, mask, _mm256_mul_ps(silu, u));
+    store_lanes(out + i, count, _mm256_mul_ps(silu, load_lanes(up + i, count)));
   }
 }
 
 float dot_f32(const float* __restrict__ a, const float* __restrict__ b, size_t n) {
-  return sum_chunks(n, [a, b](size_t i, __m256i mask) {
-    return _mm256_mul_ps(_mm256_maskload_ps(a + i, mask), _mm256_maskload_ps(b + i, mask));
+  return sum_chunks(n, [a, b](size_t i, size_t count) {
+    return _mm256_mul_ps(load_lanes(a + i, count), load_lanes(b + i, count));
   });
 }
 
 void axpy_f32(float alpha, const float* __restrict__ x, float* __restrict__ y, size_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
-  for (size_t i = 0; i < n; i += 8) {
-    const __m256i mask = n - i >= 8 ? _mm256_set1_epi32(-1) : tail_mask(n - i);
-    const __m256 sum =
-        _mm256_fmadd_ps(a, _mm256_maskload_ps(x + i, mask), _mm256_maskload_ps(y + i, mask));
-    _mm256_maskstore_ps(y + i, mask, sum);
-  }
+  for_each_chunk(n, [&](size_t i, size_t count) {
+    store_lanes(y + i, count,
+                _mm256_fmadd_ps(a, load_lanes(x + i, count), load_lanes(y + i, count)));
+  });
 }
 
 void scale_f32(float alpha, float* __restrict__ x, size_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
-  for (size_t i = 0; i < n; i += 8) {
-    const __m256i mask = n - i >= 8 ? _mm256_set1_epi32(-1) : tail_mask(n - i);
-    _mm256_maskstore_ps(x + i, mask, _mm256_mul_ps(a, _mm256_maskload_ps(x + i, mask)));
-  }
+  for_each_chunk(n, [&](size_t i, size_t count) {
+    store_lanes(x + i, count, _mm256_mul_ps(a, load_lanes(x + i, count)));
+  });
 }
 
 void softmax_f32(float* __restrict__ x, size_t n) {
@@ -277,11 +290,14 @@ void softmax_f32(float* __restrict__ x, size_t n) {
   }
   const float max = *std::max_element(x, x + n);
   const __m256 vmax = _mm256_set1_ps(max);
-  // Exponentiate in place while summing; masked lanes are zero in both.
-  const float sum = sum_chunks(n, [x, vmax](size_t i, __m256i mask) {
-    const __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vmax)),
-                                   _mm256_castsi256_ps(mask));
-    _mm256_maskstore_ps(x + i, mask, e);
+  // Exponentiate in place while summing; lanes past the end must add 0, not
+  // exp(0 - max).
+  const float sum = sum_chunks(n, [x, vmax](size_t i, size_t count) {
+    __m256 e = exp256(_mm256_sub_ps(load_lanes(x + i, count), vmax));
+    if (count < 8) {
+      e = _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(count)));
+    }
+    store_lanes(x + i, count, e);
     return e;
   });
   scale_f32(1.0f / sum, x, n);
