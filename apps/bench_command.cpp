@@ -1,0 +1,107 @@
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "apps/commands.hpp"
+#include "model/inference_engine.hpp"
+#include "model/model.hpp"
+
+namespace caflm::apps {
+
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  std::uint32_t prompt_tokens = 128;
+  std::uint32_t gen_tokens = 64;
+  std::vector<std::uint32_t> concurrency{1, 4, 16, 32};
+  bool json = false;
+};
+
+struct BenchResult {
+  std::uint32_t concurrency;
+  double prefill_tok_s;
+  double decode_tok_s;
+};
+
+/// Like llama.cpp's batched-bench: B sequences each prefill the prompt (all
+/// in as few steps as the token budget allows), then decode together.
+BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOptions& options,
+                    std::uint32_t concurrency) {
+  using clock = std::chrono::steady_clock;
+  EngineConfig config = cpu_engine_config(*model, options.prompt_tokens + options.gen_tokens + 16);
+  config.prefix_caching = false;
+  config.scheduler.max_requests = std::max(concurrency, 1u);
+  config.scheduler.max_running = config.scheduler.max_requests;
+  const std::uint32_t pages = config.scheduler.max_pages();
+  config.kv_blocks = std::max(config.kv_blocks, concurrency * pages + 1);
+  auto engine = make_cpu_engine(model, config);
+
+  std::mt19937 rng(concurrency);
+  std::uniform_int_distribution<TokenId> token(0, model->config().vocab_size - 1);
+  for (std::uint32_t i = 0; i < concurrency; ++i) {
+    GenerationRequest request;
+    request.id = i;
+    for (std::uint32_t t = 0; t < options.prompt_tokens; ++t)
+      request.prompt.push_back(token(rng));
+    request.params.temperature = 0.0f;
+    request.params.ignore_eos = true;
+    request.params.max_tokens = options.gen_tokens + 1; // the first comes from prefill
+    if (auto refused = engine->add(request))
+      throw std::runtime_error(to_string(*refused));
+  }
+  auto start = clock::now();
+  std::uint32_t first_tokens = 0;
+  while (first_tokens < concurrency)
+    for (const TokenEvent& event : engine->step())
+      first_tokens += event.completion_tokens <= 1 || event.finish == FinishReason::None ? 1 : 0;
+  auto prefilled = clock::now();
+  while (engine->has_work())
+    engine->step();
+  auto done = clock::now();
+  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  return BenchResult{concurrency, concurrency * options.prompt_tokens / seconds(start, prefilled),
+                     concurrency * options.gen_tokens / seconds(prefilled, done)};
+}
+
+void run_bench(const BenchOptions& options) {
+  auto model = Model::load(options.model);
+  nlohmann::json results = nlohmann::json::array();
+  if (!options.json)
+    std::printf("%6s %16s %16s\n", "B", "prefill tok/s", "decode tok/s");
+  for (std::uint32_t b : options.concurrency) {
+    if (b == 0)
+      throw std::invalid_argument("concurrency must be positive");
+    BenchResult r = run_one(model, options, b);
+    if (options.json)
+      results.push_back({{"concurrency", b},
+                         {"prefill_tok_s", r.prefill_tok_s},
+                         {"decode_tok_s", r.decode_tok_s}});
+    else
+      std::printf("%6u %16.1f %16.1f\n", b, r.prefill_tok_s, r.decode_tok_s);
+  }
+  if (options.json)
+    std::printf("%s\n", results.dump().c_str());
+}
+
+} // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode throughput");
+  cmd->add_option("--model", options->model, "GGUF model file")->required();
+  cmd->add_option("--prompt-tokens", options->prompt_tokens, "Prompt length")
+      ->capture_default_str();
+  cmd->add_option("--gen-tokens", options->gen_tokens, "Tokens decoded per sequence")
+      ->capture_default_str();
+  cmd->add_option("--concurrency", options->concurrency, "Batch sizes, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print a JSON array");
+  cmd->callback([options] { run_bench(*options); });
+}
+
+} // namespace caflm::apps

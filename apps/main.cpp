@@ -1,0 +1,21 @@
+// The `caflm` command: generate, tokenize, bench and make-test-model.
+#include <cstdio>
+#include <exception>
+
+#include "apps/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"caflm: LLM inference on the C++ Actor Framework"};
+  app.require_subcommand(1);
+  caflm::apps::add_generate_command(app);
+  caflm::apps::add_tokenize_command(app);
+  caflm::apps::add_make_test_model_command(app);
+  caflm::apps::add_bench_command(app);
+  try {
+    CLI11_PARSE(app, argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "caflm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
