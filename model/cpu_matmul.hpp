@@ -19,18 +19,21 @@
 // is bitwise the same at any batch size, any position in the batch and any
 // thread count.
 //
-// OpenBLAS is not used, not even for F32: its bits are not a function of the
-// row alone. Measured with OpenBLAS 0.3.21 (pthread), cblas_sgemm(RowMajor,
-// NoTrans, Trans), against each row computed alone: the library picks its
-// kernels at run time from the CPU, and each choice breaks invariance in its
-// own way. This Sapphire Rapids-class host is detected as "Prescott" (SSE3):
-// rows differ between odd and even M. With the SkylakeX/Cooperlake kernels,
-// small M (up to 6 in the shapes tried) takes another path than larger M. With
-// the Haswell kernels (also chosen on AMD Zen), a row's bits change with its
-// position even inside a fixed 16-row call, and with the thread count. So no
-// calling discipline (padding to a fixed row count, one thread per call) is
-// invariant on every CPU; and padding would turn each 1-row decode step into a
-// multi-row GEMM that also packs the whole weight matrix on every call.
+// OpenBLAS is not used, not even for F32. Measured with OpenBLAS 0.3.21
+// (pthread), cblas_sgemm(RowMajor, NoTrans, Trans), against each row computed
+// alone: the library picks its kernels at run time from the CPU, and each
+// choice breaks invariance its own way. This Sapphire Rapids-class host is
+// detected as "Prescott" (SSE3): rows differ between odd and even M. With the
+// SkylakeX/Cooperlake kernels, small M (up to 6 in the shapes tried) takes
+// another path than larger M. With the Haswell kernels (also chosen on AMD
+// Zen), a row's bits change with its position inside a 16-row call and with
+// the thread count. One discipline did give invariant rows with every kernel
+// tried: rows zero-padded to tiles of 8, fixed 64-column tiles, one thread per
+// call. But that rests on undocumented kernel internals of whatever CPU the
+// library detects (16-row tiles already fail on Haswell), and it was several
+// times slower than these kernels with the Prescott and Haswell kernels
+// (single-threaded, K = 768, N = 2048: 1.5-1.8 against 14 GFLOP/s at M = 1,
+// 10-13 against 34 at M = 128).
 
 namespace caflm {
 
