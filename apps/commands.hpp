@@ -9,5 +9,6 @@ void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_make_test_model_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_worker_command(CLI::App& app);
 
 } // namespace caflm::apps

@@ -1,4 +1,4 @@
-// The `caflm` command: generate, tokenize, bench and make-test-model.
+// The `caflm` command: generate, tokenize, bench, make-test-model and worker.
 #include <cstdio>
 #include <exception>
 
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   caflm::apps::add_tokenize_command(app);
   caflm::apps::add_make_test_model_command(app);
   caflm::apps::add_bench_command(app);
+  caflm::apps::add_worker_command(app);
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const std::exception& e) {
