@@ -59,6 +59,10 @@ std::optional<Admission> check(EngineCoreState& st, GenerateRequest& request) {
                   "request id " + std::to_string(id) + " is already in use");
   if (request.generated.size() >= request.params.max_tokens)
     return refuse(id, InferenceErrorCode::bad_request, "no tokens left to generate");
+  // Checked before tokenizing: a vocabulary that adds BOS would turn an
+  // empty text into a one-token prompt, and the request would be served.
+  if (request.prompt.empty() && request.prompt_tokens.empty())
+    return refuse(id, InferenceErrorCode::bad_request, "the prompt is empty");
   const Tokenizer& tokenizer = st.engine->tokenizer();
   if (request.prompt_tokens.empty())
     request.prompt_tokens = tokenizer.encode(request.prompt, tokenizer.vocabulary().add_bos());
@@ -93,13 +97,15 @@ void dispatch(core_pointer self) {
   }
 }
 
-engine_core_internal_actor::behavior_type
-engine_core(core_pointer self, std::shared_ptr<InferenceEngine> engine, EngineLimits limits) {
+engine_core_internal_actor::behavior_type engine_core(core_pointer self,
+                                                      std::shared_ptr<InferenceEngine> engine,
+                                                      EngineLimits limits,
+                                                      WorkerFactory make_worker) {
   auto& st = self->state;
   st.engine = std::move(engine);
   st.limits = limits;
   st.kv.total_blocks = st.kv.free_blocks = st.engine->load().total_blocks;
-  st.worker = spawn_worker(self->system(), st.engine, self);
+  st.worker = make_worker(self->system(), st.engine, self);
   // The worker lives and dies with its core.
   self->link_to(st.worker);
   return {
@@ -149,7 +155,13 @@ engine_core(core_pointer self, std::shared_ptr<InferenceEngine> engine, EngineLi
 engine_core_actor spawn_engine_core(caf::actor_system& system,
                                     std::shared_ptr<InferenceEngine> engine,
                                     const EngineLimits& limits) {
-  return system.spawn(engine_core, std::move(engine), limits);
+  return spawn_engine_core(system, std::move(engine), limits, spawn_worker);
+}
+
+engine_core_actor spawn_engine_core(caf::actor_system& system,
+                                    std::shared_ptr<InferenceEngine> engine,
+                                    const EngineLimits& limits, WorkerFactory make_worker) {
+  return system.spawn(engine_core, std::move(engine), limits, std::move(make_worker));
 }
 
 engine_core_actor spawn_cpu_engine(caf::actor_system& system, std::shared_ptr<const Model> model,

@@ -30,6 +30,18 @@ engine_core_actor spawn_engine_core(caf::actor_system& system,
                                     std::shared_ptr<InferenceEngine> engine,
                                     const EngineLimits& limits);
 
+/// Makes an engine core's worker; `spawn_worker` is the real one.
+using WorkerFactory =
+    std::function<worker_actor(caf::actor_system& system, std::shared_ptr<InferenceEngine> engine,
+                               engine_core_internal_actor core)>;
+
+/// As above, with the worker made by `make_worker`: tests put a stand-in
+/// there to see exactly what the core hands its worker, and to answer with
+/// `done` when they choose.
+engine_core_actor spawn_engine_core(caf::actor_system& system,
+                                    std::shared_ptr<InferenceEngine> engine,
+                                    const EngineLimits& limits, WorkerFactory make_worker);
+
 /// An engine core running `model` on the CPU, with a KV cache of about
 /// `kv_cache_bytes`.
 engine_core_actor spawn_cpu_engine(caf::actor_system& system, std::shared_ptr<const Model> model,

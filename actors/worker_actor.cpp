@@ -20,6 +20,8 @@ struct WorkerState {
   /// Requests per monitored sink, to cancel them when the sink goes down.
   std::unordered_map<caf::actor_addr, std::unordered_set<std::uint64_t>> by_sink;
   bool step_pending = false;
+  /// Free KV blocks in the last report to the core.
+  std::uint32_t reported_free_blocks = 0;
 
   static inline const char* name = "caflm.worker";
 };
@@ -30,6 +32,18 @@ LoadReport kv_report(const InferenceEngine& engine) {
   EngineLoad load = engine.load();
   return LoadReport{load.running,      load.waiting,         load.free_blocks,
                     load.total_blocks, load.prefix_hit_rate, 0.0};
+}
+
+/// Tells the core which requests ended and the KV cache's state. Sent when
+/// a request ended or the free blocks changed, so the core's LoadReport
+/// follows a long decode's growing KV use, not just its end.
+void report(worker_pointer self, std::vector<std::uint64_t> ended) {
+  auto& st = self->state;
+  LoadReport kv = kv_report(*st.engine);
+  if (ended.empty() && kv.free_blocks == st.reported_free_blocks)
+    return;
+  st.reported_free_blocks = kv.free_blocks;
+  self->send(st.core, done_atom::value, std::move(ended), kv);
 }
 
 void schedule_step(worker_pointer self) {
@@ -88,9 +102,7 @@ void cancel_requests(worker_pointer self, const std::vector<std::uint64_t>& ids)
     self->send(sink, TokenBatch{{std::move(last)}});
     ended.push_back(id);
   }
-  if (!ended.empty())
-    self->send(self->state.core, done_atom::value, std::move(ended),
-               kv_report(*self->state.engine));
+  report(self, std::move(ended));
 }
 
 void run_step(worker_pointer self) {
@@ -123,8 +135,7 @@ void run_step(worker_pointer self) {
   }
   for (auto& [address, batch] : batches)
     self->send(destinations[address], std::move(batch));
-  if (!ended.empty())
-    self->send(st.core, done_atom::value, std::move(ended), kv_report(*st.engine));
+  report(self, std::move(ended));
   schedule_step(self);
 }
 
@@ -132,6 +143,7 @@ worker_actor::behavior_type worker(worker_pointer self, std::shared_ptr<Inferenc
                                    engine_core_internal_actor core) {
   self->state.engine = std::move(engine);
   self->state.core = std::move(core);
+  self->state.reported_free_blocks = self->state.engine->load().free_blocks;
   self->set_down_handler([self](const caf::down_msg& down) {
     auto it = self->state.by_sink.find(down.source);
     if (it == self->state.by_sink.end())
@@ -148,8 +160,7 @@ worker_actor::behavior_type worker(worker_pointer self, std::shared_ptr<Inferenc
           // The core checked the request; this is a capacity mismatch.
           self->send(sink,
                      InferenceError{request.id, InferenceErrorCode::internal, to_string(*refused)});
-          self->send(st.core, done_atom::value, std::vector<std::uint64_t>{request.id},
-                     kv_report(*st.engine));
+          report(self, {request.id});
           return;
         }
         auto& ids = st.by_sink[sink.address()];

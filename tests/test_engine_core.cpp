@@ -1,0 +1,563 @@
+// EngineCoreActor: admission (priority, then arrival), backpressure at
+// exactly the queue's capacity, at most max_concurrent requests in the
+// worker, cancellation, the LoadReport and refusals of bad requests. Most
+// cases run on CAF's deterministic scheduler with a stand-in worker the test
+// controls; the last ones run the real worker over a FakeBackend.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include "actors/engine_core_actor.hpp"
+#include "messages/type_registry.hpp"
+#include "support/actor_harness.hpp"
+
+using namespace caflm;
+using caflm::testing::deterministic;
+using caflm::testing::make_fake_engine;
+
+namespace {
+
+/// What the stand-in worker was handed.
+struct WorkerLog {
+  /// The core, so the test can report `done` as the real worker does.
+  engine_core_internal_actor core;
+  /// Request ids in the order the worker received them.
+  std::vector<std::uint64_t> added;
+  /// Each added request's sink.
+  std::map<std::uint64_t, token_sink> sinks;
+  /// Added and not yet reported done.
+  std::set<std::uint64_t> running;
+  std::vector<std::uint64_t> cancelled;
+};
+
+worker_actor::behavior_type stand_in_worker(worker_actor::pointer, std::shared_ptr<WorkerLog> log) {
+  return {
+      [log](add_atom, const GenerateRequest& request, const token_sink& sink) {
+        log->added.push_back(request.id);
+        log->sinks[request.id] = sink;
+        log->running.insert(request.id);
+      },
+      [log](cancel_atom, std::uint64_t id) { log->cancelled.push_back(id); },
+      [](step_atom) {},
+  };
+}
+
+/// What a sink received.
+struct SinkLog {
+  std::vector<TokenChunk> chunks;
+  std::vector<InferenceError> errors;
+};
+
+token_sink::behavior_type recording_sink(token_sink::pointer, std::shared_ptr<SinkLog> log) {
+  return {
+      [log](const TokenBatch& batch) {
+        log->chunks.insert(log->chunks.end(), batch.chunks.begin(), batch.chunks.end());
+      },
+      [log](const InferenceError& error) { log->errors.push_back(error); },
+  };
+}
+
+EngineConfig fake_config() {
+  EngineConfig config;
+  config.scheduler.max_requests = 64;
+  config.scheduler.max_running = 64;
+  config.scheduler.max_context = 64;
+  config.scheduler.block_size = 8;
+  config.scheduler.token_budget = 128;
+  config.kv_blocks = 100;
+  return config;
+}
+
+/// The KV state of an idle engine, as the worker reports it.
+LoadReport idle_kv() {
+  LoadReport kv;
+  kv.free_blocks = kv.total_blocks = fake_config().kv_blocks;
+  return kv;
+}
+
+GenerateRequest make_request(std::uint64_t id, std::int32_t priority = 0) {
+  GenerateRequest request;
+  request.id = id;
+  request.prompt = "Hello there, request " + std::to_string(id);
+  request.params.temperature = 0.0f;
+  request.params.max_tokens = 8;
+  request.priority = priority;
+  return request;
+}
+
+/// An engine core whose worker is a stand-in, on the testing scheduler.
+struct CoreFixture {
+  explicit CoreFixture(EngineLimits limits, EngineConfig config = fake_config())
+    : sys(init(cfg))
+    , sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler()))
+    , worker(std::make_shared<WorkerLog>())
+    , engine(make_fake_engine(config)) {
+    auto log = worker;
+    core = spawn_engine_core(sys, engine, limits,
+                             [log](caf::actor_system& system, std::shared_ptr<InferenceEngine>,
+                                   engine_core_internal_actor owner) {
+                               log->core = std::move(owner);
+                               return system.spawn(stand_in_worker, log);
+                             });
+    sched.run();
+  }
+
+  ~CoreFixture() {
+    // The worker is linked to the core and goes down with it.
+    caf::anon_send_exit(core, caf::exit_reason::user_shutdown);
+    for (auto& sink : sinks)
+      caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  static caf::actor_system_config& init(caf::actor_system_config& c) {
+    add_message_types(c);
+    return deterministic(c);
+  }
+
+  /// Submits `request` with a fresh recording sink; returns the admission.
+  Admission add(GenerateRequest request) {
+    auto log = std::make_shared<SinkLog>();
+    auto sink = sys.spawn(recording_sink, log);
+    sinks.push_back(sink);
+    sink_logs[request.id] = log;
+    auto admission = std::make_shared<std::optional<Admission>>();
+    sys.spawn([=, core = core](caf::event_based_actor* self) {
+      self->request(core, caf::infinite, add_atom::value, request, sink)
+          .then([admission](const Admission& answer) { *admission = answer; });
+    });
+    sched.run();
+    REQUIRE(admission->has_value());
+    return **admission;
+  }
+
+  LoadReport load() {
+    auto report = std::make_shared<std::optional<LoadReport>>();
+    sys.spawn([=, core = core](caf::event_based_actor* self) {
+      self->request(core, caf::infinite, get_load_atom::value)
+          .then([report](const LoadReport& answer) { *report = answer; });
+    });
+    sched.run();
+    REQUIRE(report->has_value());
+    return **report;
+  }
+
+  void cancel(std::uint64_t id) {
+    caf::anon_send(core, cancel_atom::value, id);
+    sched.run();
+  }
+
+  /// Reports `ids` finished, as the worker does after their last chunk.
+  void finish(std::vector<std::uint64_t> ids, LoadReport kv = idle_kv()) {
+    for (std::uint64_t id : ids)
+      worker->running.erase(id);
+    caf::anon_send(worker->core, done_atom::value, std::move(ids), kv);
+    sched.run();
+  }
+
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  caf::scheduler::test_coordinator& sched;
+  std::shared_ptr<WorkerLog> worker;
+  std::shared_ptr<InferenceEngine> engine;
+  engine_core_actor core;
+  std::vector<token_sink> sinks;
+  std::map<std::uint64_t, std::shared_ptr<SinkLog>> sink_logs;
+};
+
+} // namespace
+
+TEST_CASE("the worker receives requests by priority, then in arrival order") {
+  CoreFixture f{EngineLimits{1, 16}};
+  REQUIRE(f.add(make_request(1, 0)).accepted); // straight to the idle worker
+  const std::vector<std::pair<std::uint64_t, std::int32_t>> queued = {
+      {2, 0}, {3, 5}, {4, 0}, {5, 5}, {6, -1}, {7, 1}, {8, 0}};
+  for (auto [id, priority] : queued)
+    REQUIRE(f.add(make_request(id, priority)).accepted);
+  CHECK(f.worker->added == std::vector<std::uint64_t>{1});
+  for (std::uint64_t id = 1; id <= 8; ++id) {
+    REQUIRE(f.worker->running.size() == 1);
+    f.finish({*f.worker->running.begin()});
+  }
+  CHECK(f.worker->added == std::vector<std::uint64_t>{1, 3, 5, 7, 2, 4, 8, 6});
+}
+
+TEST_CASE("backpressure starts at exactly the queue's capacity") {
+  const EngineLimits limits{2, 3};
+  CoreFixture f{limits};
+  std::uint64_t id = 1;
+  // max_concurrent go to the worker, queue_capacity wait.
+  for (; id <= limits.max_concurrent + limits.queue_capacity; ++id) {
+    Admission admission = f.add(make_request(id));
+    INFO("request " << id);
+    CHECK(admission.accepted);
+    CHECK(admission.request_id == id);
+  }
+  CHECK(f.worker->added == std::vector<std::uint64_t>{1, 2});
+  LoadReport load = f.load();
+  CHECK(load.running == 2);
+  CHECK(load.waiting == 3);
+
+  Admission refused = f.add(make_request(id));
+  CHECK_FALSE(refused.accepted);
+  CHECK(refused.request_id == id);
+  CHECK(refused.error.code == InferenceErrorCode::backpressure);
+  CHECK(refused.error.request_id == id);
+  CHECK_FALSE(refused.error.message.empty());
+  CHECK(f.load().waiting == 3);
+
+  // One finishes: the oldest waiting request moves up and one more fits.
+  f.finish({1});
+  CHECK(f.worker->added == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(f.add(make_request(++id)).accepted);
+  CHECK(f.add(make_request(++id)).error.code == InferenceErrorCode::backpressure);
+
+  // Refused requests never reach the worker.
+  for (std::uint64_t i = 2; i <= id; ++i)
+    f.finish({i});
+  CHECK(f.worker->added == std::vector<std::uint64_t>{1, 2, 3, 4, 5, 7});
+}
+
+TEST_CASE("never more than max_concurrent requests are in the worker") {
+  const EngineLimits limits{3, 1000};
+  CoreFixture f{limits};
+  std::mt19937 rng(11);
+  std::uint64_t next_id = 1;
+  std::size_t queued = 0;
+  for (int op = 0; op < 400; ++op) {
+    const bool add = f.worker->running.empty() || rng() % 5 < 3;
+    if (add) {
+      REQUIRE(f.add(make_request(next_id++, static_cast<std::int32_t>(rng() % 3))).accepted);
+      ++queued;
+    } else {
+      auto it = f.worker->running.begin();
+      std::advance(it, rng() % f.worker->running.size());
+      f.finish({*it});
+    }
+    const std::size_t in_worker = f.worker->running.size();
+    const std::size_t waiting = next_id - 1 - f.worker->added.size();
+    INFO("operation " << op);
+    REQUIRE(in_worker <= limits.max_concurrent);
+    // The core keeps the worker busy whenever requests wait.
+    REQUIRE((waiting == 0 || in_worker == limits.max_concurrent));
+    LoadReport load = f.load();
+    REQUIRE(load.running == in_worker);
+    REQUIRE(load.waiting == waiting);
+  }
+  while (!f.worker->running.empty())
+    f.finish({*f.worker->running.begin()});
+  // Every request reached the worker exactly once.
+  std::vector<std::uint64_t> added = f.worker->added;
+  std::sort(added.begin(), added.end());
+  CHECK(added.size() == queued);
+  CHECK(std::adjacent_find(added.begin(), added.end()) == added.end());
+  CHECK(f.load().running == 0);
+}
+
+TEST_CASE("cancel: a waiting request ends at once, a running one is cancelled by the worker") {
+  CoreFixture f{EngineLimits{1, 4}};
+  REQUIRE(f.add(make_request(1)).accepted);
+  REQUIRE(f.add(make_request(2)).accepted);
+  REQUIRE(f.add(make_request(3)).accepted);
+
+  SECTION("a waiting request") {
+    f.cancel(2);
+    const auto& errors = f.sink_logs[2]->errors;
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].request_id == 2);
+    CHECK(errors[0].code == InferenceErrorCode::cancelled);
+    CHECK(f.worker->cancelled.empty());
+    CHECK(f.load().waiting == 1);
+    // It never reaches the worker; the one behind it does.
+    f.finish({1});
+    CHECK(f.worker->added == std::vector<std::uint64_t>{1, 3});
+  }
+
+  SECTION("a running request") {
+    f.cancel(1);
+    CHECK(f.worker->cancelled == std::vector<std::uint64_t>{1});
+    CHECK(f.sink_logs[1]->errors.empty()); // the worker ends its stream
+    // It counts until the worker reports its end.
+    CHECK(f.load().running == 1);
+    CHECK(f.worker->added == std::vector<std::uint64_t>{1});
+    f.finish({1});
+    CHECK(f.worker->added == std::vector<std::uint64_t>{1, 2});
+  }
+
+  SECTION("an unknown request is ignored") {
+    f.cancel(99);
+    CHECK(f.worker->cancelled.empty());
+    for (std::uint64_t id : {1, 2, 3})
+      CHECK(f.sink_logs[id]->errors.empty());
+    LoadReport load = f.load();
+    CHECK(load.running == 1);
+    CHECK(load.waiting == 2);
+  }
+}
+
+TEST_CASE("the load report counts running and waiting requests and the worker's KV state") {
+  CoreFixture f{EngineLimits{2, 10}};
+  LoadReport idle = f.load();
+  CHECK(idle.running == 0);
+  CHECK(idle.waiting == 0);
+  CHECK(idle.score == 0.0);
+  CHECK(idle.total_blocks == fake_config().kv_blocks);
+  CHECK(idle.free_blocks == idle.total_blocks);
+
+  for (std::uint64_t id = 1; id <= 5; ++id)
+    REQUIRE(f.add(make_request(id)).accepted);
+  LoadReport busy = f.load();
+  CHECK(busy.running == 2);
+  CHECK(busy.waiting == 3);
+  CHECK(busy.score == 4.0 * 3 + 2);
+
+  LoadReport kv = idle_kv();
+  kv.free_blocks = 37;
+  kv.prefix_hit_rate = 0.25;
+  f.finish({1}, kv);
+  LoadReport after = f.load();
+  CHECK(after.running == 2);
+  CHECK(after.waiting == 2);
+  CHECK(after.score == 4.0 * 2 + 2);
+  CHECK(after.free_blocks == 37);
+  CHECK(after.total_blocks == fake_config().kv_blocks);
+  CHECK(after.prefix_hit_rate == 0.25);
+}
+
+TEST_CASE("bad requests are refused with a reason and the engine keeps serving") {
+  CoreFixture f{EngineLimits{4, 8}};
+  const std::uint32_t vocab = static_cast<std::uint32_t>(f.engine->tokenizer().vocabulary().size());
+
+  auto request = make_request(10);
+  auto code = InferenceErrorCode::bad_request;
+  SECTION("empty prompt") {
+    request.prompt.clear();
+  }
+  SECTION("zero max_tokens") {
+    request.params.max_tokens = 0;
+  }
+  SECTION("negative temperature") {
+    request.params.temperature = -1.0f;
+  }
+  SECTION("NaN temperature") {
+    request.params.temperature = std::nanf("");
+  }
+  SECTION("top_p of 0") {
+    request.params.top_p = 0.0f;
+  }
+  SECTION("top_logprobs of 100") {
+    request.params.top_logprobs = 100;
+  }
+  SECTION("a token outside the vocabulary") {
+    request.prompt_tokens = {1, vocab, 2};
+  }
+  SECTION("nothing left to generate") {
+    request.params.max_tokens = 2;
+    request.generated = {5, 6};
+  }
+  SECTION("prompt longer than the context") {
+    request.prompt_tokens.assign(fake_config().scheduler.max_context + 1, 65);
+    code = InferenceErrorCode::context_length_exceeded;
+  }
+  SECTION("prompt as long as the context, leaving no room for a reply") {
+    request.prompt_tokens.assign(fake_config().scheduler.max_context, 65);
+    code = InferenceErrorCode::context_length_exceeded;
+  }
+  SECTION("an id already in use") {
+    REQUIRE(f.add(make_request(10)).accepted);
+    f.worker->added.clear();
+  }
+
+  Admission refused = f.add(request);
+  CHECK_FALSE(refused.accepted);
+  CHECK(refused.request_id == 10);
+  CHECK(refused.error.request_id == 10);
+  CHECK(refused.error.code == code);
+  INFO(refused.error.message);
+  CHECK_FALSE(refused.error.message.empty());
+  CHECK(f.worker->added.empty());
+
+  // A cancel of an id the engine never took is harmless too.
+  f.cancel(12345);
+  CHECK(f.worker->cancelled.empty());
+
+  Admission good = f.add(make_request(11));
+  CHECK(good.accepted);
+  CHECK(f.worker->added == std::vector<std::uint64_t>{11});
+}
+
+// -- the real worker, on the threaded scheduler -------------------------------
+
+namespace {
+
+struct ThreadedFixture {
+  ThreadedFixture()
+    : sys(init(cfg))
+    , self(sys) {}
+
+  ~ThreadedFixture() {
+    for (auto& core : cores)
+      self->send_exit(core, caf::exit_reason::user_shutdown);
+  }
+
+  static caf::actor_system_config& init(caf::actor_system_config& c) {
+    add_message_types(c);
+    c.set("logger.file-verbosity", caf::atom("quiet"));
+    return c;
+  }
+
+  engine_core_actor spawn(std::shared_ptr<InferenceEngine> engine, EngineLimits limits) {
+    cores.push_back(spawn_engine_core(sys, std::move(engine), limits));
+    return cores.back();
+  }
+
+  token_sink as_sink() { return caf::actor_cast<token_sink>(self); }
+
+  Admission add(const engine_core_actor& core, GenerateRequest request) {
+    Admission admission;
+    std::string failure;
+    self->request(core, caf::infinite, add_atom::value, std::move(request), as_sink())
+        .receive([&](const Admission& answer) { admission = answer; },
+                 [&](const caf::error& error) { failure = sys.render(error); });
+    REQUIRE(failure.empty());
+    return admission;
+  }
+
+  LoadReport load(const engine_core_actor& core) {
+    LoadReport report;
+    std::string failure;
+    self->request(core, caf::infinite, get_load_atom::value)
+        .receive([&](const LoadReport& answer) { report = answer; },
+                 [&](const caf::error& error) { failure = sys.render(error); });
+    REQUIRE(failure.empty());
+    return report;
+  }
+
+  /// Asks for the load until `done` holds (the worker's reports reach the
+  /// core on their own schedule); fails after a generous deadline.
+  template <class Predicate>
+  LoadReport await_load(const engine_core_actor& core, Predicate done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    LoadReport report = load(core);
+    while (!done(report) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      report = load(core);
+    }
+    return report;
+  }
+
+  /// Receives chunks for this sink until one ends a request; returns them
+  /// all. An error, or nothing for 30 s, fails the test.
+  std::vector<TokenChunk> receive_until_finish() {
+    std::vector<TokenChunk> chunks;
+    bool finished = false;
+    std::string failure;
+    while (!finished && failure.empty()) {
+      self->receive(
+          [&](const TokenBatch& batch) {
+            for (const TokenChunk& chunk : batch.chunks) {
+              chunks.push_back(chunk);
+              finished = finished || chunk.finish != FinishReason::None;
+            }
+          },
+          [&](const InferenceError& error) { failure = error.message; },
+          caf::after(std::chrono::seconds(30)) >> [&] { failure = "no chunk for 30 s"; });
+    }
+    REQUIRE(failure.empty());
+    return chunks;
+  }
+
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  caf::scoped_actor self;
+  std::vector<engine_core_actor> cores;
+};
+
+} // namespace
+
+TEST_CASE("a request streams through the core and the real worker as the engine makes it") {
+  const EngineConfig config = fake_config();
+  auto request = make_request(1);
+  request.params.max_tokens = 12;
+  request.params.ignore_eos = true;
+
+  // The same request on an engine driven directly.
+  auto direct = make_fake_engine(config);
+  const Tokenizer& tokenizer = direct->tokenizer();
+  GenerationRequest generation{request.id,
+                               tokenizer.encode(request.prompt, tokenizer.vocabulary().add_bos()),
+                               request.params,
+                               {}};
+  const std::vector<TokenId> prompt = generation.prompt;
+  REQUIRE_FALSE(direct->add(generation));
+  std::vector<TokenEvent> expected;
+  while (direct->has_work())
+    for (TokenEvent& event : direct->step())
+      expected.push_back(std::move(event));
+  REQUIRE(expected.size() == 12);
+
+  ThreadedFixture f;
+  auto core = f.spawn(make_fake_engine(config), EngineLimits{4, 8});
+  REQUIRE(f.add(core, request).accepted);
+  const std::vector<TokenChunk> chunks = f.receive_until_finish();
+
+  REQUIRE(chunks.size() == expected.size());
+  CHECK(chunks.front().prompt_tokens == prompt);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    INFO("token " << i);
+    CHECK(chunks[i].request_id == 1);
+    CHECK(chunks[i].tokens == std::vector<TokenId>{expected[i].token});
+    CHECK(chunks[i].text == expected[i].text);
+    CHECK(chunks[i].finish == expected[i].finish);
+  }
+  CHECK(chunks.back().finish == FinishReason::Length);
+  CHECK(chunks.back().usage.prompt_tokens == prompt.size());
+  CHECK(chunks.back().usage.completion_tokens == 12);
+
+  LoadReport idle = f.await_load(core, [](const LoadReport& r) { return r.running == 0; });
+  CHECK(idle.running == 0);
+  CHECK(idle.waiting == 0);
+}
+
+TEST_CASE("cancelling a running request frees its KV blocks") {
+  EngineConfig config = fake_config();
+  // Room for a long request; no prefix cache, which would keep its blocks.
+  config.scheduler.max_context = 8192;
+  config.kv_blocks = 1100;
+  config.prefix_caching = false;
+  // Paced at >= 1 ms a step, the request cannot end on its own for 8 s.
+  auto engine = make_fake_engine(config, std::chrono::milliseconds(1));
+  ThreadedFixture f;
+  auto core = f.spawn(engine, EngineLimits{2, 4});
+  auto request = make_request(7);
+  request.params.max_tokens = 8000;
+  request.params.ignore_eos = true;
+  REQUIRE(f.add(core, request).accepted);
+
+  // The worker reports KV use as the request grows.
+  LoadReport busy =
+      f.await_load(core, [](const LoadReport& r) { return r.free_blocks < r.total_blocks; });
+  CHECK(busy.running == 1);
+  CHECK(busy.total_blocks == config.kv_blocks);
+  REQUIRE(busy.free_blocks < busy.total_blocks);
+
+  f.self->send(core, cancel_atom::value, std::uint64_t{7});
+  const std::vector<TokenChunk> chunks = f.receive_until_finish();
+  CHECK(chunks.back().request_id == 7);
+  CHECK(chunks.back().finish == FinishReason::Cancelled);
+  CHECK(chunks.size() < request.params.max_tokens);
+
+  LoadReport idle = f.await_load(
+      core, [](const LoadReport& r) { return r.running == 0 && r.free_blocks == r.total_blocks; });
+  CHECK(idle.running == 0);
+  CHECK(idle.free_blocks == idle.total_blocks);
+}
