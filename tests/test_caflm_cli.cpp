@@ -1,0 +1,382 @@
+// The `caflm` command as a user runs it: tokenize against llama.cpp's
+// vectors, greedy generation against the reference outputs, random test
+// models, bench output, and clear errors (never a crash) for bad input.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "model/gguf.hpp"
+#include "model/tokenizer.hpp"
+#include "model/vocabulary.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTestData = CAFLM_TESTDATA_DIR;
+const std::string kSpmVocab = kTestData + "/vocab/ggml-vocab-llama-spm.gguf";
+const std::string kTinyModel = kTestData + "/models/tiny-llama-f32.gguf";
+
+/// What one run of the command did.
+struct Run {
+  /// The exit status; -1 when it did not exit normally.
+  int exit_code = -1;
+  /// Killed by a signal (a crash, an abort or the time limit).
+  bool crashed = false;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// `text` as one word for /bin/sh: in single quotes, each ' written '\''.
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// A fresh directory, removed with this object.
+class TempDir {
+ public:
+  TempDir()
+    : path_(fs::temp_directory_path() / ("caflm-cli-test-" + std::to_string(::getpid()) + "-" +
+                                         std::to_string(next_number_++))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  static inline int next_number_ = 0;
+  fs::path path_;
+};
+
+/// Runs `caflm ARGS...` with stdout and stderr captured. A run that hangs is
+/// killed after two minutes and reported as crashed.
+Run run_caflm(const std::vector<std::string>& args) {
+  TempDir dir;
+  const fs::path err_path = dir / "stderr";
+  std::string command = "timeout -k 5 120 " + shell_quote(CAFLM_BINARY);
+  for (const std::string& arg : args)
+    command += " " + shell_quote(arg);
+  command += " 2>" + shell_quote(err_path.string());
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  Run run;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+    run.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  // The shell reports a child killed by signal S as exit status 128 + S, and
+  // timeout as 124.
+  if (WIFEXITED(status)) {
+    run.exit_code = WEXITSTATUS(status);
+    run.crashed = run.exit_code > 128 || run.exit_code == 124;
+  } else {
+    run.crashed = true;
+  }
+  run.err = read_file(err_path);
+  return run;
+}
+
+std::string describe(const Run& run) {
+  std::ostringstream out;
+  out << "exit " << run.exit_code << (run.crashed ? " (crashed)" : "") << "\nstdout: " << run.out
+      << "\nstderr: " << run.err;
+  return out.str();
+}
+
+/// A failed run that said why, on one line of stderr, and did not crash.
+void check_clean_failure(const Run& run, const std::string& should_mention) {
+  INFO(describe(run));
+  CHECK_FALSE(run.crashed);
+  CHECK(run.exit_code > 0);
+  CHECK(run.out.empty());
+  CHECK(run.err.find(should_mention) != std::string::npos);
+  CHECK(run.err.find("terminate called") == std::string::npos);
+}
+
+nlohmann::json parse_json(const Run& run) {
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE_FALSE(run.crashed);
+  REQUIRE_FALSE(run.out.empty());
+  REQUIRE(run.out.back() == '\n');
+  return nlohmann::json::parse(run.out);
+}
+
+std::vector<std::string> split(const std::string& text, const std::string& separator) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (std::size_t at; (at = text.find(separator, start)) != std::string::npos;
+       start = at + separator.size())
+    parts.push_back(text.substr(start, at - start));
+  parts.push_back(text.substr(start));
+  return parts;
+}
+
+} // namespace
+
+TEST_CASE("tokenize prints llama.cpp's ids for its SPM test strings") {
+  // .inp: texts, each followed by a separator line; .out: one line of ids per
+  // text, without BOS.
+  std::vector<std::string> texts = split(read_file(kSpmVocab + ".inp"), "\n__ggml_vocab_test__\n");
+  REQUIRE(texts.back().empty());
+  texts.pop_back();
+  std::vector<std::string> lines = split(read_file(kSpmVocab + ".out"), "\n");
+  REQUIRE(lines.back().empty());
+  lines.pop_back();
+  REQUIRE(texts.size() == lines.size());
+  REQUIRE(texts.size() > 40);
+
+  // Texts with leading spaces, dashes, an empty one, newlines, tabs and
+  // multi-byte characters are all among them.
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    INFO("case " << i << ": '" << texts[i] << "'");
+    std::vector<std::uint32_t> ids;
+    std::istringstream line(lines[i]);
+    for (std::uint32_t id; line >> id;)
+      ids.push_back(id);
+    auto with_bos =
+        parse_json(run_caflm({"tokenize", "--model", kSpmVocab, "--json", "--", texts[i]}));
+    std::vector<std::uint32_t> expected{1}; // BOS
+    expected.insert(expected.end(), ids.begin(), ids.end());
+    CHECK(with_bos == nlohmann::json{{"tokens", expected}});
+    if (i % 8 == 0) {
+      auto without_bos = parse_json(
+          run_caflm({"tokenize", "--model", kSpmVocab, "--json", "--no-bos", "--", texts[i]}));
+      CHECK(without_bos == nlohmann::json{{"tokens", ids}});
+    }
+  }
+}
+
+TEST_CASE("tokenize takes empty texts, leading spaces and dashes after --") {
+  auto tokens = [](const std::vector<std::string>& args) {
+    std::vector<std::string> all{"tokenize", "--model", kSpmVocab, "--json"};
+    all.insert(all.end(), args.begin(), args.end());
+    return parse_json(run_caflm(all))["tokens"].get<std::vector<caflm::TokenId>>();
+  };
+  // The library's tokenizer (checked against llama.cpp's vectors in
+  // test_tokenizer) says what the command must print.
+  const caflm::Tokenizer tokenizer(std::make_shared<const caflm::Vocabulary>(
+      caflm::Vocabulary::from_gguf(caflm::GgufFile::open(kSpmVocab))));
+  CHECK(tokens({"--", ""}) == std::vector<caflm::TokenId>{1});
+  CHECK(tokens({"--no-bos", "--", ""}).empty());
+  for (const std::string text :
+       {"   leading spaces", "--weird", "-", "-- x", "--no-bos", "--json"}) {
+    INFO("'" << text << "'");
+    CHECK(tokens({"--", text}) == tokenizer.encode(text, true));
+    CHECK(tokens({"--no-bos", "--", text}) == tokenizer.encode(text, false));
+    CHECK(tokenizer.encode(text, false).size() > 0);
+  }
+  // Without --, a text that looks like an option is refused, not tokenized.
+  Run refused = run_caflm({"tokenize", "--model", kSpmVocab, "--json", "--weird"});
+  CHECK_FALSE(refused.crashed);
+  CHECK(refused.exit_code > 0);
+  // Plain output: ids separated by spaces.
+  Run plain = run_caflm({"tokenize", "--model", kSpmVocab, "--", "Hello world"});
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.out == "1 15043 3186\n");
+}
+
+TEST_CASE("generate --json on the tiny model gives llama.cpp's greedy tokens") {
+  std::ifstream in(kTestData + "/models/tiny-llama-f32.expected.json");
+  REQUIRE(in.good());
+  const auto cases = nlohmann::json::parse(in)["cases"];
+  // A prompt with a leading space, double spaces and a tab; one with
+  // multi-byte characters and an emoji.
+  for (std::size_t i : {2, 3}) {
+    const auto& c = cases[i];
+    const std::string prompt = c["prompt"];
+    INFO("case " << i << ": " << prompt);
+    const auto out = parse_json(
+        run_caflm({"generate", "--model", kTinyModel, "--prompt", prompt, "--max-tokens", "24",
+                   "--temperature", "0", "--ignore-eos", "--top-logprobs", "5", "--json"}));
+    REQUIRE(out.is_object());
+    CHECK(out["prompt_tokens"] == c["prompt_tokens"]);
+    CHECK(out["tokens"] == c["greedy_tokens"]);
+    CHECK(out["text"] == c["greedy_text"]);
+    CHECK(out["finish_reason"] == "length");
+    // top_logprobs: one list per generated token of [id, logprob] pairs,
+    // most likely first.
+    const auto& top = out["top_logprobs"];
+    REQUIRE(top.is_array());
+    REQUIRE(top.size() == 24);
+    for (std::size_t step = 0; step < top.size(); ++step) {
+      INFO("step " << step);
+      REQUIRE(top[step].is_array());
+      REQUIRE(top[step].size() == 5);
+      for (std::size_t k = 0; k < 5; ++k) {
+        const auto& pair = top[step][k];
+        REQUIRE(pair.is_array());
+        REQUIRE(pair.size() == 2);
+        REQUIRE(pair[0].is_number_unsigned());
+        REQUIRE(pair[1].is_number());
+        CHECK(pair[0] == c["top5_logprobs"][step][k][0]);
+        CHECK(std::abs(pair[1].get<double>() - c["top5_logprobs"][step][k][1].get<double>()) <
+              1e-3);
+        if (k > 0)
+          CHECK(top[step][k - 1][1].get<double>() >= pair[1].get<double>());
+      }
+      CHECK(top[step][0][0] == out["tokens"][step]);
+    }
+  }
+}
+
+TEST_CASE("make-test-model writes the same file for the same seed, and generate runs it") {
+  TempDir dir;
+  auto make = [&](const fs::path& out, const std::string& seed) {
+    return run_caflm({"make-test-model",
+                      "--out",
+                      out.string(),
+                      "--arch",
+                      "qwen2",
+                      "--dim",
+                      "64",
+                      "--layers",
+                      "2",
+                      "--heads",
+                      "4",
+                      "--kv-heads",
+                      "2",
+                      "--ffn",
+                      "128",
+                      "--type",
+                      "q8_0",
+                      "--tied",
+                      "--seed",
+                      seed});
+  };
+  const fs::path first = dir / "a.gguf", again = dir / "b.gguf", other = dir / "c.gguf";
+  const std::vector<std::pair<fs::path, std::string>> models{
+      {first, "3"}, {again, "3"}, {other, "4"}};
+  for (const auto& [path, seed] : models) {
+    Run run = make(path, seed);
+    INFO(describe(run));
+    REQUIRE(run.exit_code == 0);
+    REQUIRE(fs::file_size(path) > 1000);
+  }
+  CHECK(read_file(first) == read_file(again));
+  CHECK(read_file(first) != read_file(other));
+
+  const std::vector<std::string> generate{
+      "generate",      "--model", first.string(), "--prompt", "hello there", "--max-tokens", "8",
+      "--temperature", "0",       "--ignore-eos", "--json"};
+  const auto out = parse_json(run_caflm(generate));
+  CHECK(out["tokens"].size() == 8);
+  CHECK(out["finish_reason"] == "length");
+  CHECK(out["text"].is_string());
+  CHECK(out["prompt_tokens"].size() > 1);
+  CHECK_FALSE(out.contains("top_logprobs"));
+  // Greedy generation is deterministic.
+  CHECK(parse_json(run_caflm(generate)) == out);
+
+  // Streaming text (no --json): the text, then a newline.
+  auto streamed = generate;
+  streamed.pop_back();
+  Run plain = run_caflm(streamed);
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.out == out["text"].get<std::string>() + "\n");
+}
+
+TEST_CASE("make-test-model refuses impossible models with a clear message") {
+  TempDir dir;
+  const fs::path out = dir / "bad.gguf";
+  auto make = [&](const std::string& type, const std::string& heads, const std::string& kv_heads) {
+    return run_caflm({"make-test-model", "--out", out.string(), "--arch", "llama", "--dim", "64",
+                      "--layers", "1", "--heads", heads, "--kv-heads", kv_heads, "--ffn", "128",
+                      "--type", type, "--seed", "1"});
+  };
+  check_clean_failure(make("q4_0", "4", "2"), "q4_0");
+  CHECK_FALSE(fs::exists(out));
+  check_clean_failure(make("f32", "3", "1"), "heads");
+  CHECK_FALSE(fs::exists(out));
+  check_clean_failure(make("f32", "4", "3"), "kv-heads");
+  CHECK_FALSE(fs::exists(out));
+  // A missing required option.
+  Run missing = run_caflm({"make-test-model", "--out", out.string(), "--arch", "llama"});
+  CHECK_FALSE(missing.crashed);
+  CHECK(missing.exit_code > 0);
+  CHECK(missing.err.find("required") != std::string::npos);
+}
+
+TEST_CASE("generate and tokenize report missing and truncated model files") {
+  check_clean_failure(
+      run_caflm({"generate", "--model", "/nonexistent/model.gguf", "--prompt", "hi"}),
+      "/nonexistent/model.gguf");
+  check_clean_failure(run_caflm({"tokenize", "--model", "/nonexistent/model.gguf", "--", "hi"}),
+                      "/nonexistent/model.gguf");
+
+  TempDir dir;
+  const std::string model = read_file(kTinyModel);
+  for (std::size_t length :
+       {std::size_t{0}, std::size_t{1000}, model.size() / 2, model.size() - 1}) {
+    INFO("first " << length << " bytes");
+    const fs::path truncated = dir / ("truncated-" + std::to_string(length) + ".gguf");
+    std::ofstream(truncated, std::ios::binary).write(model.data(), std::streamsize(length));
+    check_clean_failure(run_caflm({"generate", "--model", truncated.string(), "--prompt", "hi"}),
+                        truncated.string());
+  }
+  const fs::path truncated = dir / "truncated-1000.gguf";
+  check_clean_failure(run_caflm({"tokenize", "--model", truncated.string(), "--", "hi"}),
+                      truncated.string());
+}
+
+TEST_CASE("generate refuses bad sampling options") {
+  check_clean_failure(
+      run_caflm({"generate", "--model", kTinyModel, "--prompt", "hi", "--temperature", "-1"}),
+      "temperature");
+  check_clean_failure(
+      run_caflm({"generate", "--model", kTinyModel, "--prompt", "hi", "--top-logprobs", "50"}),
+      "top_logprobs");
+  check_clean_failure(
+      run_caflm({"generate", "--model", kTinyModel, "--prompt", "hi", "--max-tokens", "0"}),
+      "max_tokens");
+}
+
+TEST_CASE("bench --json prints one object per batch size") {
+  TempDir dir;
+  const fs::path model = dir / "bench.gguf";
+  REQUIRE(run_caflm({"make-test-model", "--out", model.string(), "--arch", "llama", "--dim", "64",
+                     "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--type",
+                     "f32", "--seed", "3"})
+              .exit_code == 0);
+  const auto out = parse_json(run_caflm({"bench", "--model", model.string(), "--prompt-tokens", "8",
+                                         "--gen-tokens", "4", "--concurrency", "1,2", "--json"}));
+  REQUIRE(out.is_array());
+  REQUIRE(out.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    INFO(out[i].dump());
+    REQUIRE(out[i].is_object());
+    CHECK(out[i].size() == 3);
+    CHECK(out[i]["concurrency"] == i + 1);
+    for (const char* key : {"prefill_tok_s", "decode_tok_s"}) {
+      REQUIRE(out[i].contains(key));
+      REQUIRE(out[i][key].is_number());
+      CHECK(out[i][key].get<double>() > 0.0);
+    }
+  }
+  check_clean_failure(run_caflm({"bench", "--model", model.string(), "--gen-tokens", "0"}),
+                      "--gen-tokens");
+  check_clean_failure(run_caflm({"bench", "--model", model.string(), "--concurrency", "2,0"}),
+                      "concurrency");
+}
