@@ -4,6 +4,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "apps/commands.hpp"
 #include "model/inference_engine.hpp"
@@ -53,11 +54,18 @@ BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOption
     if (auto refused = engine->add(request))
       throw std::runtime_error(to_string(*refused));
   }
+  // Prefill ends when every sequence has its first token. Sequences whose
+  // prompts fit in an earlier step already decode while later prompts
+  // prefill, so count sequences, not events.
   auto start = clock::now();
+  std::vector<bool> has_first_token(concurrency, false);
   std::uint32_t first_tokens = 0;
   while (first_tokens < concurrency)
     for (const TokenEvent& event : engine->step())
-      first_tokens += event.completion_tokens <= 1 || event.finish == FinishReason::None ? 1 : 0;
+      if (!has_first_token[event.request_id]) {
+        has_first_token[event.request_id] = true;
+        ++first_tokens;
+      }
   auto prefilled = clock::now();
   while (engine->has_work())
     engine->step();
@@ -68,13 +76,18 @@ BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOption
 }
 
 void run_bench(const BenchOptions& options) {
+  // No prompt leaves nothing to prefill, no generated tokens nothing to decode.
+  if (options.prompt_tokens == 0 || options.gen_tokens == 0)
+    throw std::invalid_argument("--prompt-tokens and --gen-tokens must be at least 1");
+  // Checked before any run, so a bad size does not cut a table short.
+  for (std::uint32_t b : options.concurrency)
+    if (b == 0)
+      throw std::invalid_argument("--concurrency sizes must be at least 1");
   auto model = Model::load(options.model);
   nlohmann::json results = nlohmann::json::array();
   if (!options.json)
     std::printf("%6s %16s %16s\n", "B", "prefill tok/s", "decode tok/s");
   for (std::uint32_t b : options.concurrency) {
-    if (b == 0)
-      throw std::invalid_argument("concurrency must be positive");
     BenchResult r = run_one(model, options, b);
     if (options.json)
       results.push_back({{"concurrency", b},
