@@ -1,0 +1,271 @@
+// DpCoordinatorActor on CAF's deterministic scheduler, with stand-in engines
+// whose reported load the test sets: least loaded by score, round robin on
+// ties, optimistic counting between polls, prefix affinity within the
+// margin, engines going down, deregistering and coming back.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include "actors/dp_coordinator_actor.hpp"
+#include "messages/type_registry.hpp"
+#include "support/actor_harness.hpp"
+
+using namespace caflm;
+using caflm::testing::deterministic;
+
+namespace {
+
+/// A stand-in engine: it answers `get_load` with whatever the test set.
+struct EngineLog {
+  LoadReport load;
+  int polls = 0;
+};
+
+engine_core_actor::behavior_type stand_in_engine(engine_core_actor::pointer,
+                                                 std::shared_ptr<EngineLog> log) {
+  return {
+      [](add_atom, const GenerateRequest& request, const token_sink&) {
+        return Admission{request.id, true, {}};
+      },
+      [log](get_load_atom) {
+        ++log->polls;
+        return log->load;
+      },
+      [](cancel_atom, std::uint64_t) {},
+  };
+}
+
+LoadReport load_of(std::uint32_t running, std::uint32_t waiting) {
+  LoadReport load;
+  load.running = running;
+  load.waiting = waiting;
+  load.score = 4.0 * waiting + running;
+  return load;
+}
+
+struct CoordinatorFixture {
+  CoordinatorFixture()
+    : sys(init(cfg))
+    , sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {
+    config.poll_interval = std::chrono::milliseconds(100);
+    config.affinity_margin = 4.0;
+    coordinator = spawn_coordinator(sys, config);
+    sched.run();
+  }
+
+  ~CoordinatorFixture() {
+    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+    for (auto& engine : engines)
+      caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  static caf::actor_system_config& init(caf::actor_system_config& c) {
+    add_message_types(c);
+    return deterministic(c);
+  }
+
+  /// Spawns `count` stand-in engines and registers them, in order.
+  void add_engines(std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
+      logs.push_back(std::make_shared<EngineLog>());
+      engines.push_back(sys.spawn(stand_in_engine, logs.back()));
+      register_engine(engines.back());
+    }
+  }
+
+  void register_engine(const engine_core_actor& engine) {
+    caf::anon_send(coordinator, register_atom::value, engine);
+    sched.run();
+  }
+
+  void deregister_engine(const engine_core_actor& engine) {
+    caf::anon_send(coordinator, deregister_atom::value, engine);
+    sched.run();
+  }
+
+  /// Lets the poll timer fire once and every engine answer.
+  void poll() {
+    sched.advance_time(config.poll_interval);
+    sched.run();
+  }
+
+  /// Asks for an engine for `hash`; returns its index in `engines`, or -1
+  /// for an invalid handle.
+  int route(std::uint64_t hash) {
+    auto answer = std::make_shared<std::optional<engine_core_actor>>();
+    sys.spawn([=, coordinator = coordinator](caf::event_based_actor* self) {
+      self->request(coordinator, caf::infinite, route_atom::value, hash)
+          .then([answer](const engine_core_actor& engine) { *answer = engine; });
+    });
+    sched.run();
+    REQUIRE(answer->has_value());
+    if (!**answer)
+      return -1;
+    for (std::size_t i = 0; i < engines.size(); ++i)
+      if (engines[i] == **answer)
+        return static_cast<int>(i);
+    FAIL("route answered an engine the test does not know");
+    return -2;
+  }
+
+  /// Routes `count` requests with prefixes never seen before; returns how
+  /// many each engine got.
+  std::map<int, int> burst(int count) {
+    std::map<int, int> counts;
+    for (int i = 0; i < count; ++i)
+      ++counts[route(fresh_hash++)];
+    return counts;
+  }
+
+  CoordinatorStats stats() {
+    auto answer = std::make_shared<std::optional<CoordinatorStats>>();
+    sys.spawn([=, coordinator = coordinator](caf::event_based_actor* self) {
+      self->request(coordinator, caf::infinite, stats_atom::value)
+          .then([answer](const CoordinatorStats& s) { *answer = s; });
+    });
+    sched.run();
+    REQUIRE(answer->has_value());
+    return **answer;
+  }
+
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  caf::scheduler::test_coordinator& sched;
+  CoordinatorConfig config;
+  dp_coordinator_actor coordinator;
+  std::vector<engine_core_actor> engines;
+  std::vector<std::shared_ptr<EngineLog>> logs;
+  std::uint64_t fresh_hash = 1000;
+};
+
+} // namespace
+
+TEST_CASE("route with no engine answers an invalid handle") {
+  CoordinatorFixture f;
+  CHECK(f.route(1) == -1);
+  CHECK(f.stats().engines == 0);
+  CHECK(f.stats().routed == 0);
+}
+
+TEST_CASE("the coordinator routes to the engine with the lowest score") {
+  CoordinatorFixture f;
+  f.add_engines(3);
+  // Scores 4, 3 and 5: by running count alone the first would win.
+  f.logs[0]->load = load_of(0, 1);
+  f.logs[1]->load = load_of(3, 0);
+  f.logs[2]->load = load_of(1, 1);
+  f.poll();
+  for (const auto& log : f.logs)
+    REQUIRE(log->polls > 0);
+  CHECK(f.route(1) == 1);
+
+  CoordinatorStats stats = f.stats();
+  CHECK(stats.engines == 3);
+  CHECK(stats.routed == 1);
+  REQUIRE(stats.loads.size() == 3);
+  CHECK(stats.loads[0].waiting == 1);
+  CHECK(stats.loads[1].running == 3);
+  CHECK(stats.loads[2].score == 5.0);
+}
+
+TEST_CASE("ties between equally loaded engines go round robin") {
+  CoordinatorFixture f;
+  f.add_engines(3);
+  for (const auto& log : f.logs)
+    log->load = load_of(2, 0);
+  // A poll before each route resets the optimistic counts, so only the
+  // tie-break spreads these.
+  std::vector<int> order;
+  for (int i = 0; i < 6; ++i) {
+    f.poll();
+    order.push_back(f.route(static_cast<std::uint64_t>(i)));
+  }
+  CHECK(order == std::vector<int>{0, 1, 2, 0, 1, 2});
+}
+
+TEST_CASE("between polls the coordinator counts what it routed") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  f.logs[0]->load = load_of(0, 0);
+  f.logs[1]->load = load_of(2, 0);
+  f.poll();
+  // Without counting, all six would go to the idle engine; with it, that
+  // engine takes two until both score 2, then they alternate.
+  CHECK(f.burst(6) == std::map<int, int>{{0, 4}, {1, 2}});
+  // A poll replaces the counts with what the engines report.
+  f.poll();
+  CHECK(f.route(1) == 0);
+  CHECK(f.route(2) == 0);
+}
+
+TEST_CASE("a request goes where its prefix went while loads are within the margin") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  f.poll();
+  const std::uint64_t prefix = 42;
+  const int home = f.route(prefix);
+  REQUIRE(home >= 0);
+  const int other = 1 - home;
+  EngineLog& home_log = *f.logs[static_cast<std::size_t>(home)];
+
+  SECTION("counting its own routes") {
+    // Each route adds one to home's score while the other stays at 0; home
+    // wins while it is within the margin (4) of the best.
+    for (int i = 1; i <= 4; ++i) {
+      INFO("route " << i);
+      CHECK(f.route(prefix) == home);
+    }
+    CHECK(f.route(prefix) == other);
+    // Other prefixes go to the least loaded engine.
+    CHECK(f.route(7) == other);
+  }
+
+  SECTION("by the engines' reported load") {
+    home_log.load = load_of(0, 1); // score 4: within the margin of 0
+    f.poll();
+    CHECK(f.route(prefix) == home);
+    home_log.load = load_of(1, 1); // score 5: beyond it
+    f.poll();
+    CHECK(f.route(prefix) == other);
+  }
+}
+
+TEST_CASE("an engine that goes down is dropped, and one registered again is used again") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  f.poll();
+  REQUIRE(f.stats().engines == 2);
+  // Registering twice changes nothing.
+  f.register_engine(f.engines[0]);
+  CHECK(f.stats().engines == 2);
+
+  SECTION("an engine going down") {
+    caf::anon_send_exit(f.engines[0], caf::exit_reason::kill);
+    f.sched.run();
+    CHECK(f.stats().engines == 1);
+    CHECK(f.burst(5) == std::map<int, int>{{1, 5}});
+    // A dead engine registered again is dropped at once.
+    f.register_engine(f.engines[0]);
+    CHECK(f.stats().engines == 1);
+    CHECK(f.route(99) == 1);
+  }
+
+  SECTION("deregistering and registering again") {
+    f.deregister_engine(f.engines[0]);
+    CHECK(f.stats().engines == 1);
+    CHECK(f.burst(5) == std::map<int, int>{{1, 5}});
+    f.deregister_engine(f.engines[1]);
+    CHECK(f.route(3) == -1);
+    f.register_engine(f.engines[0]);
+    CHECK(f.burst(3) == std::map<int, int>{{0, 3}});
+    f.register_engine(f.engines[1]);
+    f.poll();
+    CHECK(f.burst(4) == std::map<int, int>{{0, 2}, {1, 2}});
+  }
+}
