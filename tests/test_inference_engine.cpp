@@ -193,11 +193,20 @@ TEST_CASE("batching with other requests does not change a request's tokens") {
 
 TEST_CASE("a request resumed from its first k tokens continues exactly as it would have") {
   auto model_name = GENERATE(as<std::string>{}, "tiny llama", "random qwen2");
-  INFO(model_name);
+  // Penalties read the generated tokens too: resumption must hand them over.
+  const bool penalties = GENERATE(false, true);
+  INFO(model_name << (penalties ? ", with penalties" : ""));
   auto model = model_name == "tiny llama" ? tiny_model() : small_random_model();
   const EngineConfig config = small_config();
   const auto prompt = model->tokenizer().encode("Once upon a time, in a land far away", true);
-  const GenerationRequest request = make_request(3, prompt, seeded(24));
+  SamplingParams params = seeded(24);
+  if (penalties) {
+    params.repetition_penalty = 1.3f;
+    params.presence_penalty = 0.5f;
+    params.frequency_penalty = 0.7f;
+    params.penalty_last_n = 16;
+  }
+  const GenerationRequest request = make_request(3, prompt, params);
 
   const Stream full = run_alone(model, config, request);
   const std::size_t n = full.events.size();
@@ -553,4 +562,43 @@ TEST_CASE("cancel ends requests at once and returns all their blocks") {
   REQUIRE_FALSE(engine->add(make_request(4, random_tokens(rng, 30, vocab), greedy(5))));
   CHECK(run_until_idle(*engine)[4].events.size() == 5);
   CHECK(engine->load().free_blocks == start.free_blocks);
+}
+
+TEST_CASE("running out of KV blocks preempts without changing tokens; a request that never fits "
+          "ends with an error") {
+  auto model = small_random_model();
+  const std::uint32_t vocab = model->config().vocab_size;
+  std::mt19937 rng(9);
+  std::vector<GenerationRequest> requests;
+  for (std::uint64_t id = 0; id < 6; ++id)
+    requests.push_back(make_request(id, random_tokens(rng, 20 + 3 * id, vocab), seeded(30)));
+
+  // Each sequence grows to 50-65 tokens, 7-9 blocks of 8; 12 blocks hold
+  // no two of them at full length, so requests are preempted and recomputed.
+  EngineConfig tight = small_config(24, /*prefix_caching=*/false);
+  tight.kv_blocks = 12;
+  auto engine = make_cpu_engine(model, tight);
+  for (const auto& request : requests)
+    REQUIRE_FALSE(engine->add(request));
+  auto streams = run_until_idle(*engine);
+  REQUIRE(streams.size() == requests.size());
+  for (const auto& request : requests) {
+    INFO("request " << request.id);
+    const Stream alone = run_alone(model, small_config(), request);
+    CHECK(streams[request.id].tokens() == alone.tokens());
+    CHECK(streams[request.id].text() == alone.text());
+    CHECK(streams[request.id].last().finish == FinishReason::Length);
+  }
+  CHECK(engine->load().free_blocks == tight.kv_blocks);
+
+  // 100 prompt tokens need 13 blocks: never, even alone. It ends with an
+  // error at once; a request beside it is unaffected.
+  REQUIRE_FALSE(engine->add(make_request(10, random_tokens(rng, 100, vocab), greedy(4))));
+  REQUIRE_FALSE(engine->add(requests[0]));
+  streams = run_until_idle(*engine);
+  REQUIRE(streams[10].events.size() == 1);
+  CHECK(streams[10].last().finish == FinishReason::Error);
+  CHECK(streams[10].last().completion_tokens == 0);
+  CHECK(streams[0].tokens() == run_alone(model, small_config(), requests[0]).tokens());
+  CHECK(engine->load().free_blocks == tight.kv_blocks);
 }
