@@ -89,14 +89,23 @@ void submit(request_pointer self, engine_core_actor engine) {
           });
 }
 
+/// The prefix hash the coordinator routes by: of the prompt's token ids
+/// when given (they win over the text), else of its text. Hashing only the
+/// text would give every token-id prompt the same key, and affinity would
+/// pile them onto one engine.
+std::uint64_t routing_key(const GenerateRequest& request) {
+  if (request.prompt_tokens.empty())
+    return prefix_hash(request.prompt);
+  return prefix_hash(std::string_view(reinterpret_cast<const char*>(request.prompt_tokens.data()),
+                                      request.prompt_tokens.size() * sizeof(TokenId)));
+}
+
 void route(request_pointer self) {
   auto& st = self->state;
   if (st.engine || st.routing)
     return;
   st.routing = true;
-  const std::uint64_t hash = prefix_hash(
-      st.request.prompt.empty() ? std::string_view{} : std::string_view{st.request.prompt});
-  self->request(st.coordinator, std::chrono::seconds(5), route_atom::value, hash)
+  self->request(st.coordinator, std::chrono::seconds(5), route_atom::value, routing_key(st.request))
       .then(
           [self](const engine_core_actor& engine) {
             self->state.routing = false;

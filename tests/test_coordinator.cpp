@@ -1,7 +1,8 @@
 // DpCoordinatorActor on CAF's deterministic scheduler, with stand-in engines
 // whose reported load the test sets: least loaded by score, round robin on
 // ties, optimistic counting between polls, prefix affinity within the
-// margin, engines going down, deregistering and coming back.
+// margin, engines going down, deregistering and coming back; and the
+// routing key request actors ask with.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -12,6 +13,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include "actors/dp_coordinator_actor.hpp"
+#include "actors/request_actor.hpp"
 #include "messages/type_registry.hpp"
 #include "support/actor_harness.hpp"
 
@@ -268,4 +270,64 @@ TEST_CASE("an engine that goes down is dropped, and one registered again is used
     f.poll();
     CHECK(f.burst(4) == std::map<int, int>{{0, 2}, {1, 2}});
   }
+}
+
+namespace {
+
+/// A stand-in coordinator that records the prefix hash of each route and
+/// has no engine to give.
+dp_coordinator_actor::behavior_type
+recording_coordinator(dp_coordinator_actor::pointer,
+                      std::shared_ptr<std::vector<std::uint64_t>> hashes) {
+  return {
+      [hashes](route_atom, std::uint64_t hash) {
+        hashes->push_back(hash);
+        return engine_core_actor{};
+      },
+      [](register_atom, const engine_core_actor&) {},
+      [](deregister_atom, const engine_core_actor&) {},
+      [](stats_atom) { return CoordinatorStats{}; },
+  };
+}
+
+token_sink::behavior_type silent_sink() {
+  return {
+      [](const TokenBatch&) {},
+      [](const InferenceError&) {},
+  };
+}
+
+} // namespace
+
+TEST_CASE("a request actor routes by its prompt's tokens when it has no text") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{CoordinatorFixture::init(cfg)};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  auto hashes = std::make_shared<std::vector<std::uint64_t>>();
+  auto coordinator = sys.spawn(recording_coordinator, hashes);
+  auto sink = sys.spawn(silent_sink);
+
+  GenerateRequest text;
+  text.prompt = "You are a helpful assistant.";
+  GenerateRequest tokens_a;
+  tokens_a.prompt_tokens = {1, 2, 3, 4};
+  GenerateRequest tokens_b;
+  tokens_b.prompt_tokens = {1, 2, 3, 5};
+  std::vector<request_actor> requests;
+  for (const GenerateRequest& request : {text, tokens_a, tokens_a, tokens_b})
+    requests.push_back(spawn_request(sys, coordinator, request, sink));
+  sched.run();
+
+  REQUIRE(hashes->size() == 4);
+  CHECK((*hashes)[0] == prefix_hash(text.prompt));
+  // The same tokens share a key (affinity), different tokens do not.
+  CHECK((*hashes)[1] == (*hashes)[2]);
+  CHECK((*hashes)[1] != (*hashes)[3]);
+  CHECK((*hashes)[1] != prefix_hash(""));
+
+  for (auto& request : requests)
+    caf::anon_send_exit(request, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+  sched.run();
 }
