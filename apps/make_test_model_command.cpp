@@ -21,6 +21,9 @@ void run_make_test_model(MakeTestModelOptions& options) {
     throw std::invalid_argument("--type must be f32, f16, bf16 or q8_0, not '" + options.type +
                                 "'");
   options.spec.type = *type;
+  // The model loader refuses a zero context: fail here, before writing a file.
+  if (options.spec.context_length == 0)
+    throw std::invalid_argument("--context must be at least 1");
   write_random_model(options.spec, options.out);
   std::fprintf(stderr, "wrote %s\n", options.out.c_str());
 }

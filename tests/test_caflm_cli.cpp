@@ -301,17 +301,29 @@ TEST_CASE("make-test-model writes the same file for the same seed, and generate 
 TEST_CASE("make-test-model refuses impossible models with a clear message") {
   TempDir dir;
   const fs::path out = dir / "bad.gguf";
-  auto make = [&](const std::string& type, const std::string& heads, const std::string& kv_heads) {
-    return run_caflm({"make-test-model", "--out", out.string(), "--arch", "llama", "--dim", "64",
-                      "--layers", "1", "--heads", heads, "--kv-heads", kv_heads, "--ffn", "128",
-                      "--type", type, "--seed", "1"});
+  auto make = [&](const std::string& type, const std::string& heads, const std::string& kv_heads,
+                  const std::string& context) {
+    std::vector<std::string> args{
+        "make-test-model", "--out", out.string(), "--arch", "llama",  "--dim", "64",
+        "--layers",        "1",     "--ffn",      "128",    "--seed", "1"};
+    args.insert(args.end(), {"--type", type, "--heads", heads, "--kv-heads", kv_heads});
+    args.insert(args.end(), {"--context", context});
+    return run_caflm(args);
   };
-  check_clean_failure(make("q4_0", "4", "2"), "q4_0");
+  check_clean_failure(make("q4_0", "4", "2", "64"), "q4_0");
   CHECK_FALSE(fs::exists(out));
-  check_clean_failure(make("f32", "3", "1"), "heads");
+  check_clean_failure(make("f32", "3", "1", "64"), "heads");
   CHECK_FALSE(fs::exists(out));
-  check_clean_failure(make("f32", "4", "3"), "kv-heads");
+  check_clean_failure(make("f32", "4", "3", "64"), "kv-heads");
   CHECK_FALSE(fs::exists(out));
+  // A model with no context could not be loaded.
+  check_clean_failure(make("f32", "4", "2", "0"), "--context");
+  CHECK_FALSE(fs::exists(out));
+  // Each of those with that one thing put right works.
+  const Run valid = make("f32", "4", "2", "64");
+  CHECK(valid.exit_code == 0);
+  CHECK(fs::exists(out));
+  fs::remove(out);
   // A missing required option.
   Run missing = run_caflm({"make-test-model", "--out", out.string(), "--arch", "llama"});
   CHECK_FALSE(missing.crashed);
