@@ -4,6 +4,7 @@
 //
 //   bench_actor_pipeline [--scenario NAME]... [--concurrency 256] [--requests 4096]
 //                        [--max-tokens 64] [--repeat 3] [--scheduler-threads 0]
+//                        [--logits-width 0]
 //   bench_actor_pipeline --serve PORT   (the engine process of the remote scenarios)
 //
 // Scenarios:
@@ -70,6 +71,10 @@ struct Options {
   std::uint32_t requests = 4096;
   std::uint32_t max_tokens = 64;
   std::uint32_t repeat = 3;
+  /// Width of the null backend's logits rows; 0: the tokenizer's
+  /// vocabulary. Wider rows cost what a real model's vocabulary costs the
+  /// sampler; the backend still picks only letters.
+  std::uint32_t logits_width = 0;
   /// CAF scheduler threads; 0 keeps CAF's default.
   std::uint32_t scheduler_threads = 0;
   /// --serve: publish one null engine on this loopback port (0: any).
@@ -89,10 +94,11 @@ std::shared_ptr<const Tokenizer> make_tokenizer() {
       std::make_shared<const Vocabulary>(Vocabulary::byte_level_bpe()));
 }
 
-/// Sized so that `concurrency` requests run together: that many slots and
-/// running sequences, a token budget that fits a decode for each plus
-/// prefill chunks, and KV blocks for all of them at full context.
-NullEngine make_null_engine(std::shared_ptr<const Tokenizer> tokenizer, std::uint32_t concurrency) {
+/// Sized so that `options.concurrency` requests run together: that many
+/// slots and running sequences, a token budget that fits a decode for each
+/// plus prefill chunks, and KV blocks for all of them at full context.
+NullEngine make_null_engine(std::shared_ptr<const Tokenizer> tokenizer, const Options& options) {
+  const std::uint32_t concurrency = options.concurrency;
   EngineConfig config;
   SchedulerConfig& s = config.scheduler;
   s.max_requests = concurrency;
@@ -101,8 +107,8 @@ NullEngine make_null_engine(std::shared_ptr<const Tokenizer> tokenizer, std::uin
   s.block_size = 16;
   s.token_budget = std::max<std::uint32_t>(512, 2 * concurrency);
   config.kv_blocks = concurrency * s.max_pages() + 1;
-  auto backend =
-      std::make_unique<NullBackend>(static_cast<std::uint32_t>(tokenizer->vocabulary().size()));
+  const auto vocab = static_cast<std::uint32_t>(tokenizer->vocabulary().size());
+  auto backend = std::make_unique<NullBackend>(std::max(vocab, options.logits_width));
   const NullBackend* view = backend.get();
   auto engine =
       std::make_shared<InferenceEngine>(std::move(tokenizer), std::move(backend), config, 0);
@@ -254,7 +260,7 @@ int serve(const Options& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  NullEngine null_engine = make_null_engine(make_tokenizer(), options.concurrency);
+  NullEngine null_engine = make_null_engine(make_tokenizer(), options);
   caf::actor_system_config config;
   caf::actor_system system{configure(config, options)};
   auto engine = spawn_engine_core(system, null_engine.engine, engine_limits(options.concurrency));
@@ -296,8 +302,10 @@ class ServerProcess {
     const std::string self = executable_path();
     const std::string concurrency = std::to_string(options.concurrency);
     const std::string threads = std::to_string(options.scheduler_threads);
+    const std::string width = std::to_string(options.logits_width);
     std::vector<std::string> args{
-        self, "--serve", "0", "--concurrency", concurrency, "--scheduler-threads", threads};
+        self,    "--serve",        "0",  "--concurrency", concurrency, "--scheduler-threads",
+        threads, "--logits-width", width};
     std::vector<char*> argv;
     for (std::string& arg : args)
       argv.push_back(arg.data());
@@ -491,7 +499,7 @@ struct RunResult {
 /// The ceiling: one engine stepped in a loop on this thread, no actors.
 RunResult run_engine_only(const Options& options) {
   auto tokenizer = make_tokenizer();
-  NullEngine null_engine = make_null_engine(tokenizer, options.concurrency);
+  NullEngine null_engine = make_null_engine(tokenizer, options);
   InferenceEngine& engine = *null_engine.engine;
   const SamplingParams params = request_params(options.max_tokens);
   std::uint32_t next_id = 0;
@@ -564,7 +572,7 @@ RunResult run_pipeline(const Options& options, std::uint32_t engines, bool remot
     } else {
       auto tokenizer = make_tokenizer();
       for (std::uint32_t i = 0; i < engines; ++i) {
-        local_engines.push_back(make_null_engine(tokenizer, options.concurrency));
+        local_engines.push_back(make_null_engine(tokenizer, options));
         engine_actors.push_back(spawn_engine_core(system, local_engines.back().engine,
                                                   engine_limits(options.concurrency)));
         caf::anon_send(coordinator, register_atom::value, engine_actors.back());
@@ -715,10 +723,12 @@ void print_summary(const std::string& scenario, const std::vector<RunResult>& ru
 }
 
 int run_benchmarks(const Options& options) {
+  const std::size_t vocab = make_tokenizer()->vocabulary().size();
   std::printf("actor pipeline over a null backend: %u concurrent requests, %u per run, "
-              "max_tokens %u (ignore_eos, greedy), %u runs each; %u hardware threads; "
-              "CAF scheduler threads %s\n",
-              options.concurrency, options.requests, options.max_tokens, options.repeat,
+              "max_tokens %u (ignore_eos, greedy), logits rows of %zu, %u runs each; "
+              "%u hardware threads; CAF scheduler threads %s\n",
+              options.concurrency, options.requests, options.max_tokens,
+              std::max<std::size_t>(vocab, options.logits_width), options.repeat,
               std::thread::hardware_concurrency(),
               options.scheduler_threads ? std::to_string(options.scheduler_threads).c_str()
                                         : "default");
@@ -767,6 +777,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--repeat", options.repeat, "Runs per scenario")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--logits-width", options.logits_width,
+                 "Logits row width of the null backend (0: the tokenizer's vocabulary)")
       ->capture_default_str();
   app.add_option("--scheduler-threads", options.scheduler_threads,
                  "CAF scheduler threads (0: CAF's default)")
