@@ -89,6 +89,33 @@ void lost(proxy_pointer self) {
   schedule_connect(self);
 }
 
+/// The remote counts as back only once it answers a probe: while the old
+/// connection stays open (a stopped process keeps it open), the middleman
+/// hands out the cached handle at once, and registering that would route
+/// requests to a process that still answers nothing.
+void probe(proxy_pointer self, std::uint64_t epoch, engine_core_actor remote) {
+  self->request(remote, self->state.options.ping_timeout, get_load_atom::value)
+      .then(
+          [self, epoch, remote](const LoadReport&) {
+            auto& st = self->state;
+            st.connecting = false;
+            if (epoch != st.epoch || st.connected)
+              return;
+            st.remote = remote;
+            st.connected = true;
+            st.backoff = std::chrono::milliseconds{0};
+            self->monitor(st.remote);
+            self->send(st.coordinator, register_atom::value,
+                       caf::actor_cast<engine_core_actor>(self));
+            self->send(self, ping_atom::value, st.epoch);
+          },
+          [self, epoch](const caf::error&) {
+            self->state.connecting = false;
+            if (epoch == self->state.epoch)
+              schedule_connect(self);
+          });
+}
+
 void connect(proxy_pointer self) {
   auto& st = self->state;
   if (st.connected || st.connecting)
@@ -101,20 +128,16 @@ void connect(proxy_pointer self) {
           [self, epoch](const caf::node_id&, caf::strong_actor_ptr& ptr,
                         const std::set<std::string>&) {
             auto& st = self->state;
-            st.connecting = false;
-            if (epoch != st.epoch || st.connected)
+            if (epoch != st.epoch || st.connected) {
+              st.connecting = false;
               return;
+            }
             if (!ptr) {
+              st.connecting = false;
               schedule_connect(self);
               return;
             }
-            st.remote = caf::actor_cast<engine_core_actor>(std::move(ptr));
-            st.connected = true;
-            st.backoff = std::chrono::milliseconds{0};
-            self->monitor(st.remote);
-            self->send(st.coordinator, register_atom::value,
-                       caf::actor_cast<engine_core_actor>(self));
-            self->send(self, ping_atom::value, st.epoch);
+            probe(self, epoch, caf::actor_cast<engine_core_actor>(std::move(ptr)));
           },
           [self, epoch](const caf::error&) {
             self->state.connecting = false;
