@@ -77,7 +77,10 @@ void submit(request_pointer self, engine_core_actor engine) {
               st.backoff = std::chrono::milliseconds{0};
               return;
             }
-            if (admission.error.code == InferenceErrorCode::backpressure)
+            // A full queue, or a remote proxy whose worker was lost between
+            // routing and admission: another engine may take the request.
+            if (admission.error.code == InferenceErrorCode::backpressure ||
+                admission.error.code == InferenceErrorCode::engine_unavailable)
               retry_later(self);
             else
               fail(self, admission.error.code, admission.error.message);
