@@ -1,5 +1,7 @@
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -48,7 +50,20 @@ void run_worker(const WorkerOptions& options) {
   std::fflush(stdout);
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
+  {
+    caf::scoped_actor self{system};
+    self->monitor(engine);
+    self->send_exit(engine, caf::exit_reason::user_shutdown);
+    self->receive([](const caf::down_msg&) {}, caf::after(std::chrono::seconds(2)) >> [] {});
+  }
+  // The process ends here rather than in the actor system's destructor: in
+  // CAF 0.17 that destructor can wait forever for the thread of a detached
+  // actor (the engine's worker) once a remote node has exchanged messages
+  // with it (actor-framework issues #1110 and #1196, fixed in 0.18). Clients
+  // see the connection close, as with a crash, and fail over; nothing else
+  // is left to flush.
+  std::fflush(stdout);
+  std::_Exit(0);
 }
 
 } // namespace
