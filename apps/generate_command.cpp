@@ -1,6 +1,5 @@
 #include <cstdio>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -91,12 +90,9 @@ void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
     requests.emplace_back(std::move(id), std::move(request));
   }
   // All at once; each answer printed as it completes.
-  std::mutex out;
   std::vector<std::future<GenerationResult>> pending;
-  for (auto& [id, request] : requests) {
-    nlohmann::json user_id = id;
-    pending.push_back(cluster.generate_async(std::move(request)));
-  }
+  for (auto& entry : requests)
+    pending.push_back(cluster.generate_async(std::move(entry.second)));
   int failures = 0;
   std::vector<bool> printed(requests.size(), false);
   for (std::size_t done = 0; done < pending.size();) {
@@ -115,7 +111,6 @@ void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
         ++failures;
         j["error"] = {{"code", to_string(r.error.code)}, {"message", r.error.message}};
       }
-      std::lock_guard<std::mutex> guard(out);
       std::printf("%s\n", dump(j).c_str());
       std::fflush(stdout);
       printed[i] = true;

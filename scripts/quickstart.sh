@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs caflm on a fresh Debian 12 machine (as root, or
-# with sudo available): `scripts/quickstart.sh demo` runs the demo,
-# `scripts/quickstart.sh test` runs every test with ctest.
+# with sudo available): `scripts/quickstart.sh demo` runs the multi-process
+# failover demo, `scripts/quickstart.sh test` runs every test with ctest.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,8 +38,8 @@ configure_and_build() {
 case "${1:-}" in
   demo)
     install_missing_packages
-    configure_and_build --target kv_cache_demo
-    "$build/examples/kv_cache_demo"
+    configure_and_build --target caflm multi_process_demo
+    "$build/examples/multi_process_demo"
     ;;
   test)
     install_missing_packages
