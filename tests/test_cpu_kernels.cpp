@@ -1,7 +1,6 @@
 #include "model/cpu_kernels.hpp"
 
 #include <catch2/catch.hpp>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -10,7 +9,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "tests/support/omp_threads.hpp"
+
 using namespace caflm;
+using caflm::testing::OmpThreads;
 
 namespace {
 
@@ -30,21 +32,6 @@ std::vector<uint8_t> q8_0_block(uint16_t d_bits, const std::vector<int8_t>& quan
   std::memcpy(block.data() + 2, quants.data(), 32);
   return block;
 }
-
-// RAII: OpenMP thread count for one scope.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n)
-    : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(n);
-  }
-  ~OmpThreads() { omp_set_num_threads(saved_); }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 } // namespace
 

@@ -1,7 +1,6 @@
 #include "model/cpu_matmul.hpp"
 
 #include <catch2/catch.hpp>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -9,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/omp_threads.hpp"
+
 using namespace caflm;
+using caflm::testing::OmpThreads;
 
 namespace {
 
@@ -118,21 +120,6 @@ void check_against_reference(const TestWeight& w, const std::vector<float>& x, s
 
 const TensorType kAllTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16,
                                 TensorType::Q8_0};
-
-// RAII: OpenMP thread count for one scope.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n)
-    : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(n);
-  }
-  ~OmpThreads() { omp_set_num_threads(saved_); }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 } // namespace
 
