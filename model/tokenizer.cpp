@@ -271,6 +271,31 @@ void merge_into_left(std::vector<Symbol>& symbols, int left) {
   }
 }
 
+/// Offers every adjacent pair to `try_add_bigram` (which queues the pairs that
+/// may merge), then merges the best queued pair and offers the merged symbol's
+/// new pairs, until the queue is empty. The two kinds differ only in how they
+/// rank pairs (the queue's order) and which pairs they queue.
+template <typename BigramQueue, typename TryAddBigram>
+void merge_best_pairs(std::vector<Symbol>& symbols, BigramQueue& queue,
+                      const TryAddBigram& try_add_bigram) {
+  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) {
+    try_add_bigram(i - 1, i);
+  }
+  while (!queue.empty()) {
+    const auto bigram = queue.top();
+    queue.pop();
+    const Symbol& left = symbols[bigram.left];
+    const Symbol& right = symbols[bigram.right];
+    // Stale: one side has been merged into something else since.
+    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
+      continue;
+    }
+    merge_into_left(symbols, bigram.left);
+    try_add_bigram(symbols[bigram.left].prev, bigram.left);
+    try_add_bigram(bigram.left, symbols[bigram.left].next);
+  }
+}
+
 /// SentencePiece BPE (llama.cpp's llm_tokenizer_spm): repeatedly merge the
 /// adjacent pair whose joined text is the highest-scoring token (leftmost on
 /// ties); symbols that are not tokens fall back to byte tokens.
@@ -297,22 +322,7 @@ void encode_spm(const Vocabulary& vocabulary, std::string_view text, std::vector
       queue.push(Bigram{left, right, vocabulary.token_score(*id), joined.size()});
     }
   };
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) {
-    try_add_bigram(i - 1, i);
-  }
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    const Symbol& left = symbols[bigram.left];
-    const Symbol& right = symbols[bigram.right];
-    // Stale: one side has been merged into something else since.
-    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
-      continue;
-    }
-    merge_into_left(symbols, bigram.left);
-    try_add_bigram(symbols[bigram.left].prev, bigram.left);
-    try_add_bigram(bigram.left, symbols[bigram.left].next);
-  }
+  merge_best_pairs(symbols, queue, try_add_bigram);
 
   for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
     const std::string_view piece = text.substr(symbols[i].offset, symbols[i].length);
@@ -368,21 +378,7 @@ void encode_bpe_word(const Vocabulary& vocabulary, std::string_view word,
       queue.push(Bigram{left, right, *rank, symbols[left].length + symbols[right].length});
     }
   };
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) {
-    try_add_bigram(i - 1, i);
-  }
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    const Symbol& left = symbols[bigram.left];
-    const Symbol& right = symbols[bigram.right];
-    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
-      continue;
-    }
-    merge_into_left(symbols, bigram.left);
-    try_add_bigram(symbols[bigram.left].prev, bigram.left);
-    try_add_bigram(bigram.left, symbols[bigram.left].next);
-  }
+  merge_best_pairs(symbols, queue, try_add_bigram);
 
   for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
     const std::string_view piece = text_of(i);
