@@ -23,16 +23,7 @@ namespace {
 constexpr std::size_t kKvCacheBytes = std::size_t{4} << 20;
 
 std::shared_ptr<const Model> small_model() {
-  RandomModelSpec spec;
-  spec.architecture = "llama";
-  spec.dim = 64;
-  spec.n_layers = 2;
-  spec.n_heads = 4;
-  spec.n_kv_heads = 2;
-  spec.ffn_dim = 96;
-  spec.context_length = 256;
-  spec.seed = 33;
-  return caflm::testing::random_model(spec);
+  return caflm::testing::random_model(caflm::testing::small_random_spec("llama", 33));
 }
 
 caf::actor_system_config& threaded(caf::actor_system_config& cfg) {

@@ -20,16 +20,7 @@ namespace {
 const std::string kTinyModel = CAFLM_TESTDATA_DIR "/models/tiny-llama-f32.gguf";
 
 std::shared_ptr<const Model> small_random_model() {
-  RandomModelSpec spec;
-  spec.architecture = "qwen2";
-  spec.dim = 64;
-  spec.n_layers = 2;
-  spec.n_heads = 4;
-  spec.n_kv_heads = 2;
-  spec.ffn_dim = 96;
-  spec.context_length = 256;
-  spec.seed = 21;
-  return caflm::testing::random_model(spec);
+  return caflm::testing::random_model(caflm::testing::small_random_spec("qwen2", 21));
 }
 
 std::shared_ptr<const Model> tiny_model() {

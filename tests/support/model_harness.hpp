@@ -27,6 +27,21 @@ inline std::shared_ptr<const Model> random_model(RandomModelSpec spec) {
   return model;
 }
 
+/// A small model's shape (64 wide, 2 layers, 4 query heads over 2 KV heads,
+/// FFN 96, context 256): quick to run, yet with grouped-query attention.
+inline RandomModelSpec small_random_spec(const std::string& architecture, std::uint64_t seed) {
+  RandomModelSpec spec;
+  spec.architecture = architecture;
+  spec.dim = 64;
+  spec.n_layers = 2;
+  spec.n_heads = 4;
+  spec.n_kv_heads = 2;
+  spec.ffn_dim = 96;
+  spec.context_length = 256;
+  spec.seed = seed;
+  return spec;
+}
+
 class ModelHarness {
  public:
   ModelHarness(std::shared_ptr<const Model> model, SchedulerConfig config, std::uint32_t blocks,
