@@ -183,16 +183,23 @@ std::vector<GenerationResult> collect(std::vector<std::future<GenerationResult>>
   return results;
 }
 
-CoordinatorStats stats(caf::actor_system& system, const Cluster& cluster) {
+/// What `actor` answers to `message`; an error, or no answer within 2 s,
+/// fails the test.
+template <typename Answer, typename Actor, typename Message>
+Answer ask(caf::actor_system& system, const Actor& actor, Message message) {
   caf::scoped_actor self{system};
-  CoordinatorStats out;
+  Answer out;
   std::string failure;
-  self->request(cluster.coordinator(), 2s, stats_atom::value)
-      .receive([&](const CoordinatorStats& s) { out = s; },
+  self->request(actor, 2s, message)
+      .receive([&](const Answer& answer) { out = answer; },
                [&](const caf::error& e) { failure = system.render(e); });
   INFO(failure);
   REQUIRE(failure.empty());
   return out;
+}
+
+CoordinatorStats stats(caf::actor_system& system, const Cluster& cluster) {
+  return ask<CoordinatorStats>(system, cluster.coordinator(), stats_atom::value);
 }
 
 /// Waits until the coordinator has `engines` engines; false on timeout.
@@ -223,15 +230,7 @@ bool engines_stay(caf::actor_system& system, const Cluster& cluster, std::uint32
 /// The load of one engine as its own process reports it (asked through the
 /// cluster's proxy of it).
 LoadReport engine_load(caf::actor_system& system, const engine_core_actor& engine) {
-  caf::scoped_actor self{system};
-  LoadReport out;
-  std::string failure;
-  self->request(engine, 2s, get_load_atom::value)
-      .receive([&](const LoadReport& load) { out = load; },
-               [&](const caf::error& e) { failure = system.render(e); });
-  INFO(failure);
-  REQUIRE(failure.empty());
-  return out;
+  return ask<LoadReport>(system, engine, get_load_atom::value);
 }
 
 /// The worker to break and the requests it holds (running or queued).
