@@ -282,19 +282,26 @@ std::vector<std::future<GenerationResult>> submit_all(Cluster& cluster, const Pr
   return futures;
 }
 
+/// Two workers and a cluster in this process that uses both of them.
+struct TwoWorkers {
+  WorkerProcess a = start_worker();
+  WorkerProcess b = start_worker();
+  WorkerProcess* workers[2] = {&a, &b};
+  TestConfig config;
+  caf::actor_system system{config};
+  Cluster cluster{system, cluster_options({a.address(), b.address()})};
+
+  TwoWorkers() { REQUIRE(wait_for_engines(system, cluster, 2, 10s)); }
+};
+
 /// Each request of make_requests() run on two healthy workers.
 const std::vector<GenerationResult>& fault_free_results() {
   static const std::vector<GenerationResult> results = [] {
-    WorkerProcess a = start_worker();
-    WorkerProcess b = start_worker();
-    TestConfig config;
-    caf::actor_system system{config};
-    Cluster cluster{system, cluster_options({a.address(), b.address()})};
-    REQUIRE(wait_for_engines(system, cluster, 2, 10s));
+    TwoWorkers two;
     Progress progress(kRequests);
-    auto futures = submit_all(cluster, progress);
+    auto futures = submit_all(two.cluster, progress);
     std::vector<GenerationResult> out = collect(futures, progress, 30s);
-    cluster.shutdown();
+    two.cluster.shutdown();
     for (const GenerationResult& r : out) {
       INFO("request " << r.id << ": " << r.error.message);
       REQUIRE(r.ok);
@@ -346,27 +353,21 @@ TEST_CASE("two workers stream what an engine in this process streams") {
 
 TEST_CASE("requests of a SIGKILLed worker finish elsewhere with the same tokens") {
   fault_free_results();
-  WorkerProcess a = start_worker();
-  WorkerProcess b = start_worker();
-  WorkerProcess* workers[] = {&a, &b};
-  TestConfig config;
-  caf::actor_system system{config};
-  Cluster cluster{system, cluster_options({a.address(), b.address()})};
-  REQUIRE(wait_for_engines(system, cluster, 2, 10s));
+  TwoWorkers two;
 
   Progress progress(kRequests);
-  auto futures = submit_all(cluster, progress);
+  auto futures = submit_all(two.cluster, progress);
   // Every request still running has streamed a few tokens, so the victim's
   // requests are mid-stream when it dies.
   REQUIRE(progress.wait_until_streaming(kTokensBeforeFault, 20s));
-  Victim victim = pick_victim(system, cluster);
-  workers[victim.index]->kill();
+  Victim victim = pick_victim(two.system, two.cluster);
+  two.workers[victim.index]->kill();
   REQUIRE(victim.in_flight > 0);
 
   check_equal_to_fault_free(collect(futures, progress, 30s));
   // Each of the victim's requests was routed a second time, to the other
   // worker.
-  CoordinatorStats after = stats(system, cluster);
+  CoordinatorStats after = stats(two.system, two.cluster);
   CHECK(after.routed == kRequests + victim.in_flight);
   CHECK(after.engines == 1);
 }
@@ -374,33 +375,27 @@ TEST_CASE("requests of a SIGKILLed worker finish elsewhere with the same tokens"
 TEST_CASE("requests of a SIGSTOPped worker move within a bounded time; it rejoins when it "
           "answers again") {
   fault_free_results();
-  WorkerProcess a = start_worker();
-  WorkerProcess b = start_worker();
-  WorkerProcess* workers[] = {&a, &b};
-  TestConfig config;
-  caf::actor_system system{config};
-  Cluster cluster{system, cluster_options({a.address(), b.address()})};
-  REQUIRE(wait_for_engines(system, cluster, 2, 10s));
+  TwoWorkers two;
 
   Progress progress(kRequests);
-  auto futures = submit_all(cluster, progress);
+  auto futures = submit_all(two.cluster, progress);
   REQUIRE(progress.wait_until_streaming(kTokensBeforeFault, 20s));
-  Victim victim = pick_victim(system, cluster);
-  workers[victim.index]->stop();
+  Victim victim = pick_victim(two.system, two.cluster);
+  two.workers[victim.index]->stop();
   REQUIRE(victim.in_flight > 0);
 
   // A stopped process keeps its connection open: only the missed pings
   // (ping_timeout 1 s) tell. The bound is generous; collect fails when the
   // requests wait for a process that never answers.
   check_equal_to_fault_free(collect(futures, progress, 20s));
-  CHECK(stats(system, cluster).routed == kRequests + victim.in_flight);
+  CHECK(stats(two.system, two.cluster).routed == kRequests + victim.in_flight);
 
   // Its connection is still open, yet while it answers nothing it stays out
   // of the cluster; once it answers, it is back.
-  CHECK(engines_stay(system, cluster, 1, 2s));
-  workers[victim.index]->resume();
-  CHECK(wait_for_engines(system, cluster, 2, 5s));
-  CHECK(workers[victim.index]->terminate(10s));
+  CHECK(engines_stay(two.system, two.cluster, 1, 2s));
+  two.workers[victim.index]->resume();
+  CHECK(wait_for_engines(two.system, two.cluster, 2, 5s));
+  CHECK(two.workers[victim.index]->terminate(10s));
 }
 
 TEST_CASE("requests whose admission a stopped worker never answers go elsewhere") {
