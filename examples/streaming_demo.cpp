@@ -9,34 +9,17 @@
 // --model: a GGUF model (default: a small random one written to the temp
 //          folder; its text is gibberish, but it streams all the same).
 #include <cstdio>
-#include <filesystem>
 #include <stdexcept>
 #include <string>
 
 #include <caf/all.hpp>
 
 #include "actors/cluster.hpp"
-#include "model/model.hpp"
-#include "model/random_model.hpp"
+#include "examples/demo_model.hpp"
 
 using namespace caflm;
 
 namespace {
-
-/// The model named on the command line, or a small random one.
-std::shared_ptr<const Model> load_model(const std::string& path) {
-  if (!path.empty())
-    return Model::load(path);
-  RandomModelSpec spec;
-  spec.dim = 64;
-  spec.n_layers = 2;
-  spec.context_length = 512;
-  const auto file = std::filesystem::temp_directory_path() / "caflm-streaming-demo.gguf";
-  write_random_model(spec, file.string());
-  auto model = Model::load(file.string());
-  std::filesystem::remove(file); // the model keeps its mapping
-  return model;
-}
 
 int demo(const std::string& model_path, const std::string& prompt) {
   caf::actor_system_config config;
@@ -47,7 +30,7 @@ int demo(const std::string& model_path, const std::string& prompt) {
   ClusterOptions options;
   options.replicas = 1;
   options.kv_cache_bytes = std::size_t{64} << 20; // plenty for one request
-  Cluster cluster{system, load_model(model_path), options};
+  Cluster cluster{system, load_demo_model(model_path, "caflm-streaming-demo.gguf"), options};
 
   GenerateRequest request;
   request.id = 1;

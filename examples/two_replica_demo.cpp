@@ -11,7 +11,6 @@
 // --model: a GGUF model (default: a small random one written to the temp
 //          folder; its text is gibberish).
 #include <cstdio>
-#include <filesystem>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -21,29 +20,13 @@
 #include <caf/all.hpp>
 
 #include "actors/cluster.hpp"
-#include "model/model.hpp"
-#include "model/random_model.hpp"
+#include "examples/demo_model.hpp"
 
 using namespace caflm;
 
 namespace {
 
 constexpr std::uint64_t kRequests = 8;
-
-/// The model named on the command line, or a small random one.
-std::shared_ptr<const Model> load_model(const std::string& path) {
-  if (!path.empty())
-    return Model::load(path);
-  RandomModelSpec spec;
-  spec.dim = 64;
-  spec.n_layers = 2;
-  spec.context_length = 512;
-  const auto file = std::filesystem::temp_directory_path() / "caflm-two-replica-demo.gguf";
-  write_random_model(spec, file.string());
-  auto model = Model::load(file.string());
-  std::filesystem::remove(file); // the model keeps its mapping
-  return model;
-}
 
 int demo(const std::string& model_path) {
   caf::actor_system_config config;
@@ -54,7 +37,7 @@ int demo(const std::string& model_path) {
   ClusterOptions options;
   options.replicas = 2;
   options.kv_cache_bytes = std::size_t{64} << 20; // plenty for short requests
-  Cluster cluster{system, load_model(model_path), options};
+  Cluster cluster{system, load_demo_model(model_path, "caflm-two-replica-demo.gguf"), options};
 
   // Requests share one of two system prompts, whose KV blocks an engine's
   // prefix cache can reuse.
