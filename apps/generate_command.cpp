@@ -25,12 +25,15 @@ struct GenerateOptions {
   bool json = false;
 };
 
+/// One list of [id, logprob] pairs per generated token; empty lists when
+/// none were asked for.
 nlohmann::ordered_json top_logprobs_json(const GenerationResult& r) {
   nlohmann::ordered_json steps = nlohmann::ordered_json::array();
-  for (const auto& step : r.top_logprobs) {
+  for (std::size_t i = 0; i < r.tokens.size(); ++i) {
     nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
-    for (const TokenLogprob& top : step)
-      alternatives.push_back({top.token, top.logprob});
+    if (i < r.top_logprobs.size())
+      for (const TokenLogprob& top : r.top_logprobs[i])
+        alternatives.push_back({top.token, top.logprob});
     steps.push_back(std::move(alternatives));
   }
   return steps;
@@ -142,9 +145,8 @@ void run_prompt(Cluster& cluster, const GenerateOptions& options) {
   nlohmann::ordered_json out{{"prompt_tokens", r.prompt_tokens},
                              {"tokens", r.tokens},
                              {"text", r.text},
-                             {"finish_reason", to_string(r.finish)}};
-  if (options.params.top_logprobs > 0)
-    out["top_logprobs"] = top_logprobs_json(r);
+                             {"finish_reason", to_string(r.finish)},
+                             {"top_logprobs", top_logprobs_json(r)}};
   std::printf("%s\n", dump(out).c_str());
 }
 

@@ -286,7 +286,11 @@ TEST_CASE("make-test-model writes the same file for the same seed, and generate 
   CHECK(out["finish_reason"] == "length");
   CHECK(out["text"].is_string());
   CHECK(out["prompt_tokens"].size() > 1);
-  CHECK_FALSE(out.contains("top_logprobs"));
+  // The documented shape holds without --top-logprobs too: one empty list
+  // per generated token.
+  REQUIRE(out["top_logprobs"].size() == 8);
+  for (const auto& step : out["top_logprobs"])
+    CHECK(step.empty());
   // Greedy generation is deterministic.
   CHECK(parse_json(run_caflm(generate)) == out);
 
