@@ -85,8 +85,8 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
   if (!slot)
     return slot.error() == SchedulerError::DuplicateRequest ? AddError::DuplicateRequest
                                                             : AddError::Full;
-  Active active{std::move(request), *slot, 0, StreamingDetokenizer(*tokenizer_), StopMatcher({})};
-  active.stops = StopMatcher(active.request.params.stop);
+  StopMatcher stops(request.params.stop);
+  Active active{std::move(request), *slot, 0, StreamingDetokenizer(*tokenizer_), std::move(stops)};
   // Replay what was already streamed, so held-back bytes and stop-string
   // prefixes continue exactly where the previous engine left them.
   for (TokenId token : active.request.generated)
@@ -125,22 +125,15 @@ std::vector<TokenEvent> InferenceEngine::step() {
   if (!receipt) {
     // A failed step is a bug or a device fault: end every request rather
     // than loop on it.
-    for (auto& [id, active] : requests_) {
-      TokenEvent last;
-      last.request_id = id;
-      finish(active, FinishReason::Error, last);
-      events.push_back(std::move(last));
-    }
+    for (auto& entry : requests_)
+      events.push_back(end_with_error(entry.second));
     requests_.clear();
     return events;
   }
   for (std::uint32_t i = 0; i < plan_.unfittable_count; ++i) {
     std::uint64_t id = table_.view(plan_.unfittable[i]).request_id;
     auto it = requests_.find(id);
-    TokenEvent last;
-    last.request_id = id;
-    finish(it->second, FinishReason::Error, last);
-    events.push_back(std::move(last));
+    events.push_back(end_with_error(it->second));
     requests_.erase(it);
   }
   for (std::uint32_t i = 0; i < buffers_.item_count; ++i) {
@@ -181,6 +174,13 @@ void InferenceEngine::sample_into(Active& active, const float* logits,
   else if (active.generated >= params.max_tokens || view.token_count + 1 >= max_context())
     finish(active, FinishReason::Length, event);
   events.push_back(std::move(event));
+}
+
+TokenEvent InferenceEngine::end_with_error(Active& active) {
+  TokenEvent last;
+  last.request_id = active.request.id;
+  finish(active, FinishReason::Error, last);
+  return last;
 }
 
 void InferenceEngine::finish(Active& active, FinishReason reason, TokenEvent& last) {

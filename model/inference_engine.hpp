@@ -127,6 +127,8 @@ class InferenceEngine {
 
   void sample_into(Active& active, const float* logits, std::vector<TokenEvent>& events);
   void finish(Active& active, FinishReason reason, TokenEvent& last);
+  /// Ends `active` with FinishReason::Error (the caller forgets it).
+  TokenEvent end_with_error(Active& active);
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<RaggedBackend> backend_;
