@@ -2,7 +2,7 @@
 
 #include <caf/atom.hpp>
 
-#include "messages/type_registry.hpp"
+#include "caflm/messages/type_registry.hpp"
 
 namespace caflm::apps {
 

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "apps/commands.hpp"
-#include "model/inference_engine.hpp"
-#include "model/model.hpp"
+#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/inference_engine.hpp"
+#include "caflm/model/model.hpp"
 
 namespace caflm::apps {
 

@@ -6,9 +6,9 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.hpp"
 #include "apps/actor_runtime.hpp"
 #include "apps/commands.hpp"
+#include "caflm/actors/cluster.hpp"
 
 namespace caflm::apps {
 

@@ -3,7 +3,9 @@
 #include <string>
 
 #include "apps/commands.hpp"
-#include "model/random_model.hpp"
+#include "caflm/gguf/gguf.hpp"
+#include "caflm/model/random_model.hpp"
+#include "caflm/text/vocabulary.hpp"
 
 namespace caflm::apps {
 
@@ -12,6 +14,7 @@ namespace {
 struct MakeTestModelOptions {
   RandomModelSpec spec;
   std::string out;
+  std::string vocabulary_path;
   std::string type = "f32";
 };
 
@@ -24,7 +27,10 @@ void run_make_test_model(MakeTestModelOptions& options) {
   // The model loader refuses a zero context: fail here, before writing a file.
   if (options.spec.context_length == 0)
     throw std::invalid_argument("--context must be at least 1");
-  write_random_model(options.spec, options.out);
+  const GgufFile tokenizer = options.vocabulary_path.empty()
+                                 ? GgufFile::from_bytes(Vocabulary::byte_level_bpe().to_gguf())
+                                 : GgufFile::open(options.vocabulary_path);
+  write_random_model(options.spec, tokenizer, options.out);
   std::fprintf(stderr, "wrote %s\n", options.out.c_str());
 }
 
@@ -36,7 +42,7 @@ void add_make_test_model_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("make-test-model", "Write a random-weight GGUF model of any shape");
   cmd->add_option("--out", options->out, "Output file")->required();
-  cmd->add_option("--vocab", spec.vocabulary_path,
+  cmd->add_option("--vocab", options->vocabulary_path,
                   "GGUF file whose tokenizer to copy (default: a small byte-level BPE)");
   cmd->add_option("--arch", spec.architecture, "llama or qwen2")
       ->check(CLI::IsMember({"llama", "qwen2"}))

@@ -3,9 +3,9 @@
 #include <string>
 
 #include "apps/commands.hpp"
-#include "model/gguf.hpp"
-#include "model/tokenizer.hpp"
-#include "model/vocabulary.hpp"
+#include "caflm/gguf/gguf.hpp"
+#include "caflm/text/tokenizer.hpp"
+#include "caflm/text/vocabulary.hpp"
 
 namespace caflm::apps {
 

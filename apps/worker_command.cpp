@@ -8,10 +8,11 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 
-#include "actors/engine_core_actor.hpp"
 #include "apps/actor_runtime.hpp"
 #include "apps/commands.hpp"
-#include "model/model.hpp"
+#include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/engine/model_tokenizer.hpp"
+#include "caflm/model/model.hpp"
 
 namespace caflm::apps {
 
@@ -37,8 +38,8 @@ void run_worker(const WorkerOptions& options) {
   auto model = Model::load(options.model);
   caf::actor_system_config config;
   caf::actor_system system{configure(config)};
-  auto engine =
-      spawn_cpu_engine(system, model, options.limits, options.kv_cache_mb * std::size_t{1} << 20);
+  auto engine = spawn_cpu_engine(system, model, load_tokenizer(*model), options.limits,
+                                 options.kv_cache_mb * std::size_t{1} << 20);
   auto port = system.middleman().publish(engine, options.port, options.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);

@@ -46,16 +46,16 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 
-#include "actors/dp_coordinator_actor.hpp"
-#include "actors/engine_core_actor.hpp"
-#include "actors/remote_engine_core_actor.hpp"
-#include "actors/request_actor.hpp"
 #include "bench/null_backend.hpp"
-#include "messages/interfaces.hpp"
-#include "messages/type_registry.hpp"
-#include "model/inference_engine.hpp"
-#include "model/tokenizer.hpp"
-#include "model/vocabulary.hpp"
+#include "caflm/actors/dp_coordinator_actor.hpp"
+#include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/actors/remote_engine_core_actor.hpp"
+#include "caflm/actors/request_actor.hpp"
+#include "caflm/engine/inference_engine.hpp"
+#include "caflm/messages/interfaces.hpp"
+#include "caflm/messages/type_registry.hpp"
+#include "caflm/text/tokenizer.hpp"
+#include "caflm/text/vocabulary.hpp"
 
 extern char** environ;
 

@@ -1,10 +1,10 @@
-// Throughput of the CPU kernels of model/cpu_matmul.hpp and model/cpu_kernels.hpp,
+// Throughput of the CPU kernels of caflm/cpu/cpu_matmul.hpp and caflm/cpu/cpu_kernels.hpp,
 // with OpenBLAS's cblas_sgemm on the same shapes for comparison (caflm does not
-// use it: see model/cpu_matmul.hpp). Run OpenBLAS and caflm benchmarks in
+// use it: see caflm/cpu/cpu_matmul.hpp). Run OpenBLAS and caflm benchmarks in
 // separate invocations (--benchmark_filter) so one library's idle spinning
 // threads do not slow the other.
-#include "model/cpu_kernels.hpp"
-#include "model/cpu_matmul.hpp"
+#include "caflm/cpu/cpu_kernels.hpp"
+#include "caflm/cpu/cpu_matmul.hpp"
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>

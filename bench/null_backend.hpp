@@ -8,7 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "scheduler/ragged_batch.hpp"
+#include "caflm/scheduler/ragged_batch.hpp"
 
 namespace caflm::bench {
 

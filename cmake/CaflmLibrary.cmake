@@ -1,13 +1,27 @@
-# caflm_layer_library(NAME DEPS...) builds every .cpp of the calling folder
-# into one static library; a folder with no sources yet gives an interface
-# library so later layers can already link against it.
+# How caflm's own targets are built.
+
+# caflm_build_flags(TARGET) gives a target of this project the warnings and
+# optimisation flags of caflm's own build. They are PRIVATE: a project that
+# consumes the installed library compiles its code with its own flags.
+function(caflm_build_flags target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic
+    $<$<BOOL:${CAFLM_WERROR}>:-Werror>
+    $<$<AND:$<CXX_COMPILER_ID:GNU,Clang>,$<NOT:$<CONFIG:Debug>>>:-O2 -march=x86-64-v3 -mtune=native>)
+endfunction()
+
+# caflm_layer_library(NAME DEPS...) builds every .cpp of the calling folder,
+# one layer of the library, into the static library NAME, installed and
+# exported as caflm::NAME. Consumers include its headers as
+# <caflm/LAYER/...>.
 function(caflm_layer_library name)
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
-  if(sources)
-    add_library(${name} STATIC ${sources})
-    target_link_libraries(${name} PUBLIC caflm_options ${ARGN})
-  else()
-    add_library(${name} INTERFACE)
-    target_link_libraries(${name} INTERFACE caflm_options ${ARGN})
-  endif()
+  add_library(${name} STATIC ${sources})
+  add_library(caflm::${name} ALIAS ${name})
+  target_link_libraries(${name} PUBLIC ${ARGN})
+  target_include_directories(${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${name} PUBLIC cxx_std_17)
+  caflm_build_flags(${name})
+  set_property(GLOBAL APPEND PROPERTY CAFLM_LIBRARY_TARGETS ${name})
 endfunction()

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "scheduler/step.hpp"
+#include "caflm/scheduler/step.hpp"
 
 using namespace caflm;
 

@@ -30,8 +30,8 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.hpp"
-#include "model/random_model.hpp"
+#include "caflm/actors/cluster.hpp"
+#include "examples/demo_model.hpp"
 
 using namespace caflm;
 using namespace std::chrono_literals;
@@ -182,7 +182,7 @@ int demo(const std::string& caflm, std::string model) {
     spec.n_layers = 4;
     spec.ffn_dim = 512;
     spec.context_length = 512;
-    write_random_model(spec, model);
+    write_demo_model(spec, model);
     std::printf("wrote a random model to %s\n", model.c_str());
   }
 

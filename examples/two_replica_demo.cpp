@@ -19,7 +19,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.hpp"
+#include "caflm/actors/cluster.hpp"
 #include "examples/demo_model.hpp"
 
 using namespace caflm;

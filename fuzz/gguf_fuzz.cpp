@@ -2,7 +2,7 @@
 // GgufError; a crash, sanitizer report, other exception, hang or oversized
 // allocation is a bug. See fuzz/CMakeLists.txt for how to build and run it.
 
-#include "model/gguf.hpp"
+#include "caflm/gguf/gguf.hpp"
 
 #include <cstddef>
 #include <cstdint>

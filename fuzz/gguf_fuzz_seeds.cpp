@@ -4,8 +4,8 @@
 //
 //   gguf_fuzz_seeds OUT_DIR [MODEL.gguf]
 
-#include "model/gguf.hpp"
-#include "model/gguf_writer.hpp"
+#include "caflm/gguf/gguf.hpp"
+#include "caflm/gguf/gguf_writer.hpp"
 
 #include <cstdio>
 #include <fstream>

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "kv/block_pool.hpp"
+#include "caflm/kv/block_pool.hpp"
 
 using namespace caflm;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "kv/block_table.hpp"
+#include "caflm/kv/block_table.hpp"
 
 using namespace caflm;
 

@@ -15,9 +15,9 @@
 #include <unistd.h>
 #include <vector>
 
-#include "model/gguf.hpp"
-#include "model/tokenizer.hpp"
-#include "model/vocabulary.hpp"
+#include "caflm/gguf/gguf.hpp"
+#include "caflm/text/tokenizer.hpp"
+#include "caflm/text/vocabulary.hpp"
 
 namespace fs = std::filesystem;
 

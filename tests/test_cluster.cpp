@@ -10,9 +10,10 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.hpp"
-#include "model/inference_engine.hpp"
-#include "model/model.hpp"
+#include "caflm/actors/cluster.hpp"
+#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/inference_engine.hpp"
+#include "caflm/model/model.hpp"
 #include "support/actor_harness.hpp"
 #include "support/model_harness.hpp"
 

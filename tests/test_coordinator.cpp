@@ -12,9 +12,9 @@
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 
-#include "actors/dp_coordinator_actor.hpp"
-#include "actors/request_actor.hpp"
-#include "messages/type_registry.hpp"
+#include "caflm/actors/dp_coordinator_actor.hpp"
+#include "caflm/actors/request_actor.hpp"
+#include "caflm/messages/type_registry.hpp"
 #include "support/actor_harness.hpp"
 
 using namespace caflm;

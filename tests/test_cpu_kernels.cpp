@@ -1,4 +1,5 @@
-#include "model/cpu_kernels.hpp"
+#include "caflm/cpu/cpu_kernels.hpp"
+#include "caflm/gguf/quantize.hpp"
 
 #include <catch2/catch.hpp>
 

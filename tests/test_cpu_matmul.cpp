@@ -1,4 +1,4 @@
-#include "model/cpu_matmul.hpp"
+#include "caflm/cpu/cpu_matmul.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -16,8 +16,8 @@
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 
-#include "actors/engine_core_actor.hpp"
-#include "messages/type_registry.hpp"
+#include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/messages/type_registry.hpp"
 #include "support/actor_harness.hpp"
 
 using namespace caflm;

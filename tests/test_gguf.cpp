@@ -1,6 +1,6 @@
-#include "model/gguf.hpp"
-#include "model/gguf_writer.hpp"
-#include "model/tensor_type.hpp"
+#include "caflm/gguf/gguf.hpp"
+#include "caflm/gguf/gguf_writer.hpp"
+#include "caflm/gguf/tensor_type.hpp"
 
 #include <catch2/catch.hpp>
 #include <unistd.h>

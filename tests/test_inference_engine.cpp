@@ -8,9 +8,11 @@
 #include <map>
 #include <random>
 
-#include "model/inference_engine.hpp"
-#include "model/model.hpp"
-#include "model/vocabulary.hpp"
+#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/inference_engine.hpp"
+#include "caflm/engine/model_tokenizer.hpp"
+#include "caflm/model/model.hpp"
+#include "caflm/text/vocabulary.hpp"
 #include "support/model_harness.hpp"
 
 using namespace caflm;
@@ -189,7 +191,7 @@ TEST_CASE("a request resumed from its first k tokens continues exactly as it wou
   INFO(model_name << (penalties ? ", with penalties" : ""));
   auto model = model_name == "tiny llama" ? tiny_model() : small_random_model();
   const EngineConfig config = small_config();
-  const auto prompt = model->tokenizer().encode("Once upon a time, in a land far away", true);
+  const auto prompt = load_tokenizer(*model)->encode("Once upon a time, in a land far away", true);
   SamplingParams params = seeded(24);
   if (penalties) {
     params.repetition_penalty = 1.3f;
@@ -204,7 +206,7 @@ TEST_CASE("a request resumed from its first k tokens continues exactly as it wou
   REQUIRE(n == 24);
   REQUIRE(full.last().finish == FinishReason::Length);
   // Streamed text is the continuation's text, whole characters at a time.
-  CHECK(full.text() == model->tokenizer().decode(full.tokens(), false));
+  CHECK(full.text() == load_tokenizer(*model)->decode(full.tokens(), false));
 
   for (std::size_t k : {std::size_t{1}, n / 2, n - 1}) {
     INFO("resumed after " << k << " tokens");
@@ -223,10 +225,10 @@ TEST_CASE("a request resumed from its first k tokens continues exactly as it wou
 TEST_CASE("stop strings end generation and are never streamed") {
   auto model = tiny_model();
   const EngineConfig config = small_config();
-  const auto prompt = model->tokenizer().encode("Hello world, once upon a time", true);
+  const auto prompt = load_tokenizer(*model)->encode("Hello world, once upon a time", true);
   const Stream full = run_alone(model, config, make_request(1, prompt, greedy(24)));
   const std::string full_text = full.text();
-  REQUIRE(full_text == model->tokenizer().decode(full.tokens(), false));
+  REQUIRE(full_text == load_tokenizer(*model)->decode(full.tokens(), false));
 
   // A stop string across two tokens' texts in the middle of the output.
   std::size_t boundary = 8;
@@ -316,7 +318,8 @@ TEST_CASE("end of sequence stops a request unless ignore_eos") {
   // Near-uniform sampling over the random model's small vocabulary: some of
   // these seeded requests draw the end-of-sequence token.
   auto model = small_random_model();
-  const Vocabulary& vocabulary = model->tokenizer().vocabulary();
+  const auto tokenizer = load_tokenizer(*model);
+  const Vocabulary& vocabulary = tokenizer->vocabulary();
   REQUIRE(vocabulary.eos());
   const TokenId eos = *vocabulary.eos();
   const EngineConfig config = small_config(512);
@@ -344,7 +347,7 @@ TEST_CASE("end of sequence stops a request unless ignore_eos") {
       // The end-of-sequence token adds no text; the last event may still
       // carry text held back before it.
       CHECK(stream.text() ==
-            model->tokenizer().decode(stream.tokens(0, stream.events.size() - 1), false));
+            load_tokenizer(*model)->decode(stream.tokens(0, stream.events.size() - 1), false));
       CHECK(stream.last().completion_tokens == stream.events.size());
     } else {
       CHECK(stream.last().finish == FinishReason::Length);
@@ -366,7 +369,7 @@ TEST_CASE("end of sequence stops a request unless ignore_eos") {
 
 TEST_CASE("top_logprobs: the requested count, most likely first, the chosen one among them") {
   auto model = tiny_model();
-  const auto prompt = model->tokenizer().encode("The quick brown fox", true);
+  const auto prompt = load_tokenizer(*model)->encode("The quick brown fox", true);
   for (std::uint32_t count : {0u, 1u, 5u, 20u}) {
     INFO("top_logprobs " << count);
     SamplingParams params = greedy(6);
@@ -519,7 +522,7 @@ TEST_CASE("cancel ends requests at once and returns all their blocks") {
   const std::uint32_t vocab = model->config().vocab_size;
   std::mt19937 rng(6);
   auto engine = make_cpu_engine(model, config);
-  const EngineLoad start = engine->load();
+  const LoadReport start = engine->load();
   REQUIRE(start.free_blocks == start.total_blocks);
 
   for (std::uint64_t id = 1; id <= 3; ++id)
@@ -528,7 +531,7 @@ TEST_CASE("cancel ends requests at once and returns all their blocks") {
   // Two run (at most two may), one waits; steps until both decode.
   for (int i = 0; i < 6; ++i)
     engine->step();
-  EngineLoad busy = engine->load();
+  LoadReport busy = engine->load();
   CHECK(busy.running == 2);
   CHECK(busy.waiting == 1);
   CHECK(busy.free_blocks < start.free_blocks);
@@ -543,7 +546,7 @@ TEST_CASE("cancel ends requests at once and returns all their blocks") {
   CHECK(engine->cancel(1));
   CHECK(engine->cancel(3));
   CHECK_FALSE(engine->has_work());
-  EngineLoad after = engine->load();
+  LoadReport after = engine->load();
   CHECK(after.free_blocks == start.free_blocks);
   CHECK(after.running == 0);
   CHECK(after.waiting == 0);

@@ -7,8 +7,8 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 
-#include "messages/interfaces.hpp"
-#include "messages/type_registry.hpp"
+#include "caflm/messages/interfaces.hpp"
+#include "caflm/messages/type_registry.hpp"
 
 using namespace caflm;
 

@@ -19,9 +19,10 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster.hpp"
-#include "model/model.hpp"
-#include "model/random_model.hpp"
+#include "caflm/actors/cluster.hpp"
+#include "caflm/model/model.hpp"
+#include "caflm/model/random_model.hpp"
+#include "tests/support/model_harness.hpp"
 #include "tests/support/worker_process.hpp"
 
 using namespace caflm;
@@ -55,7 +56,7 @@ class TestModel {
     spec.ffn_dim = 512;
     spec.context_length = 512;
     spec.seed = 1;
-    write_random_model(spec, path_);
+    write_random_model(spec, caflm::testing::test_vocabulary_file(), path_);
   }
   ~TestModel() { std::filesystem::remove(path_); }
   const std::string& path() const { return path_; }

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "scheduler/step.hpp"
+#include "caflm/scheduler/step.hpp"
 
 namespace {
 

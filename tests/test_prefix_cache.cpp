@@ -3,8 +3,8 @@
 #include <numeric>
 #include <vector>
 
-#include "kv/block_table.hpp"
-#include "kv/prefix_cache.hpp"
+#include "caflm/kv/block_table.hpp"
+#include "caflm/kv/prefix_cache.hpp"
 
 using namespace caflm;
 

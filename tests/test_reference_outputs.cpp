@@ -6,8 +6,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/inference_engine.hpp"
-#include "model/model.hpp"
+#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/inference_engine.hpp"
+#include "caflm/engine/model_tokenizer.hpp"
+#include "caflm/model/model.hpp"
 
 using namespace caflm;
 
@@ -27,7 +29,7 @@ TEST_CASE("prompts tokenize as llama.cpp tokenized them, with BOS") {
   auto model = Model::load(model_path);
   for (const auto& c : expected_cases()) {
     INFO(c["prompt"].get<std::string>());
-    auto tokens = model->tokenizer().encode(c["prompt"].get<std::string>(), true);
+    auto tokens = load_tokenizer(*model)->encode(c["prompt"].get<std::string>(), true);
     CHECK(tokens == c["prompt_tokens"].get<std::vector<TokenId>>());
   }
 }

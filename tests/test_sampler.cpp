@@ -1,4 +1,4 @@
-#include "scheduler/sampler.hpp"
+#include "caflm/sampling/sampler.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "scheduler/step.hpp"
+#include "caflm/scheduler/step.hpp"
 
 using namespace caflm;
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/stop_matcher.hpp"
+#include "caflm/text/stop_matcher.hpp"
 
 using caflm::StopMatcher;
 

@@ -1,9 +1,9 @@
-#include "model/detokenizer.hpp"
-#include "model/gguf.hpp"
-#include "model/gguf_writer.hpp"
-#include "model/tokenizer.hpp"
-#include "model/unicode.hpp"
-#include "model/vocabulary.hpp"
+#include "caflm/gguf/gguf.hpp"
+#include "caflm/gguf/gguf_writer.hpp"
+#include "caflm/text/detokenizer.hpp"
+#include "caflm/text/tokenizer.hpp"
+#include "caflm/text/unicode.hpp"
+#include "caflm/text/vocabulary.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

@@ -11,8 +11,8 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 
-#include "model/inference_engine.hpp"
-#include "model/vocabulary.hpp"
+#include "caflm/engine/inference_engine.hpp"
+#include "caflm/text/vocabulary.hpp"
 #include "tests/support/fake_backend.hpp"
 
 namespace caflm::testing {

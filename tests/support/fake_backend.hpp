@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "scheduler/ragged_batch.hpp"
+#include "caflm/scheduler/ragged_batch.hpp"
 
 namespace caflm::testing {
 
@@ -68,7 +68,7 @@ inline TokenId argmax(const float* row, std::uint32_t vocab) {
 
 } // namespace caflm::testing
 
-#include "scheduler/step.hpp"
+#include "caflm/scheduler/step.hpp"
 
 namespace caflm::testing {
 

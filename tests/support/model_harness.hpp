@@ -10,18 +10,27 @@
 #include <unistd.h>
 #include <vector>
 
-#include "model/cpu_model_runner.hpp"
-#include "model/random_model.hpp"
-#include "scheduler/step.hpp"
+#include "caflm/cpu/cpu_model_runner.hpp"
+#include "caflm/gguf/gguf.hpp"
+#include "caflm/model/random_model.hpp"
+#include "caflm/scheduler/step.hpp"
+#include "caflm/text/vocabulary.hpp"
 
 namespace caflm::testing {
+
+/// The tokenizer of random test models: the small built-in byte-level BPE,
+/// as a vocabulary-only GGUF file.
+inline const GgufFile& test_vocabulary_file() {
+  static const GgufFile file = GgufFile::from_bytes(Vocabulary::byte_level_bpe().to_gguf());
+  return file;
+}
 
 /// Writes a random model to a temporary file and loads it.
 inline std::shared_ptr<const Model> random_model(RandomModelSpec spec) {
   auto path = std::filesystem::temp_directory_path() /
               ("caflm-test-" + std::to_string(::getpid()) + "-" + std::to_string(spec.seed) + "-" +
                spec.architecture + "-" + to_string(spec.type) + ".gguf");
-  write_random_model(spec, path.string());
+  write_random_model(spec, test_vocabulary_file(), path.string());
   auto model = Model::load(path.string());
   std::filesystem::remove(path); // the mapping stays valid
   return model;

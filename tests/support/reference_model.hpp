@@ -7,7 +7,8 @@
 #include <cmath>
 #include <vector>
 
-#include "model/model.hpp"
+#include "caflm/gguf/quantize.hpp"
+#include "caflm/model/model.hpp"
 
 namespace caflm::testing {
 

@@ -1,0 +1,112 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/fwd.hpp>
+
+#include "caflm/actors/dp_coordinator_actor.hpp"
+#include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/actors/remote_engine_core_actor.hpp"
+#include "caflm/actors/request_actor.hpp"
+#include "caflm/messages/interfaces.hpp"
+#include "caflm/messages/type_registry.hpp"
+
+namespace caflm {
+
+class Model;
+
+/// Where a cluster's engines come from.
+struct ClusterOptions {
+  /// Model for the local replicas (needed when `replicas` > 0).
+  std::string model_path;
+  /// Engines in this process, each with its own worker thread and KV cache.
+  std::uint32_t replicas = 1;
+  /// `caflm worker` processes to use, as "host:port".
+  std::vector<std::string> workers;
+  EngineLimits limits;
+  std::size_t kv_cache_bytes = std::size_t{1} << 30;
+  CoordinatorConfig coordinator;
+  RemoteEngineOptions remote;
+  RequestOptions request;
+};
+
+/// Called with every chunk as it arrives (on the collector's thread).
+using ChunkObserver = std::function<void(const TokenChunk&)>;
+
+/// What a finished request produced.
+struct GenerationResult {
+  std::uint64_t id = 0;
+  /// False when the request failed; `error` says why.
+  bool ok = false;
+  InferenceError error;
+  std::vector<TokenId> prompt_tokens;
+  std::vector<TokenId> tokens;
+  std::string text;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  FinishReason finish = FinishReason::None;
+  Usage usage;
+};
+
+/// A running cluster inside the caller's actor system: a coordinator, local
+/// replicas and proxies of remote workers. The system's config must have
+/// had `add_message_types` applied.
+///
+///     caf::actor_system_config cfg;
+///     caflm::add_message_types(cfg);
+///     caf::actor_system sys{cfg};
+///     caflm::Cluster cluster{sys, {"model.gguf", 2}};
+///     auto result = cluster.generate(request);   // blocks
+class Cluster {
+ public:
+  /// Loads the model (if local replicas are wanted) and spawns everything.
+  /// Throws on a model that cannot be loaded or a malformed worker address.
+  Cluster(caf::actor_system& system, ClusterOptions options);
+  /// Adds local replicas of an already loaded model.
+  Cluster(caf::actor_system& system, std::shared_ptr<const Model> model, ClusterOptions options);
+  ~Cluster();
+
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  dp_coordinator_actor coordinator() const { return coordinator_; }
+  const std::vector<engine_core_actor>& engines() const { return engines_; }
+
+  /// Streams `request` to `sink`; send the returned actor `cancel_atom` to
+  /// cancel it.
+  request_actor submit(GenerateRequest request, token_sink sink);
+
+  /// Runs `request` to its end and returns what it produced; `observer`
+  /// sees each chunk as it streams.
+  std::future<GenerationResult> generate_async(GenerateRequest request,
+                                               ChunkObserver observer = {});
+  GenerationResult generate(GenerateRequest request) {
+    return generate_async(std::move(request)).get();
+  }
+
+  /// Stops every actor of the cluster.
+  void shutdown();
+
+ private:
+  void start(std::shared_ptr<const Model> model);
+
+  caf::actor_system& system_;
+  ClusterOptions options_;
+  dp_coordinator_actor coordinator_;
+  std::vector<engine_core_actor> engines_;
+};
+
+/// Splits "host:port"; throws std::invalid_argument for anything else.
+std::pair<std::string, std::uint16_t> parse_host_port(const std::string& address);
+
+/// A sink that collects a request's stream and fulfils `promise` at its end.
+token_sink spawn_collector(caf::actor_system& system, std::uint64_t id,
+                           std::shared_ptr<std::promise<GenerationResult>> promise,
+                           ChunkObserver observer = {});
+
+} // namespace caflm

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include <caf/fwd.hpp>
+
+#include "caflm/messages/interfaces.hpp"
+
+namespace caflm {
+
+class InferenceEngine;
+class Model;
+class Tokenizer;
+
+/// Admission limits of one engine.
+struct EngineLimits {
+  /// Requests in the worker at once; each counts until its last chunk.
+  std::uint32_t max_concurrent = 32;
+  /// Requests waiting for the worker; `add` beyond it is refused with
+  /// backpressure.
+  std::uint32_t queue_capacity = 256;
+};
+
+/// Spawns an engine core and its worker around `engine`. The core answers
+/// `add` at once (accepted, or refused with a reason), keeps a bounded
+/// queue ordered by priority then arrival, hands the worker at most
+/// `max_concurrent` requests, and answers `get_load`.
+engine_core_actor spawn_engine_core(caf::actor_system& system,
+                                    std::shared_ptr<InferenceEngine> engine,
+                                    const EngineLimits& limits);
+
+/// Makes an engine core's worker; `spawn_worker` is the real one.
+using WorkerFactory =
+    std::function<worker_actor(caf::actor_system& system, std::shared_ptr<InferenceEngine> engine,
+                               engine_core_internal_actor core)>;
+
+/// As above, with the worker made by `make_worker`: tests put a stand-in
+/// there to see exactly what the core hands its worker, and to answer with
+/// `done` when they choose.
+engine_core_actor spawn_engine_core(caf::actor_system& system,
+                                    std::shared_ptr<InferenceEngine> engine,
+                                    const EngineLimits& limits, WorkerFactory make_worker);
+
+/// An engine core running `model` on the CPU, with a KV cache of about
+/// `kv_cache_bytes`; `tokenizer` is the model's (see load_tokenizer).
+engine_core_actor spawn_cpu_engine(caf::actor_system& system, std::shared_ptr<const Model> model,
+                                   std::shared_ptr<const Tokenizer> tokenizer,
+                                   const EngineLimits& limits,
+                                   std::size_t kv_cache_bytes = std::size_t{1} << 30);
+
+} // namespace caflm

@@ -1,0 +1,309 @@
+#include "caflm/cpu/cpu_kernels.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace caflm {
+
+namespace {
+
+// Below this many elements a kernel runs on the calling thread: waking the
+// OpenMP team costs more than the work. Splitting is by whole rows, so the
+// choice never changes a result.
+constexpr size_t kParallelMinElements = size_t{1} << 15;
+
+// Lane masks for the last, partial chunk of 8: the 8 - r entries from offset
+// r select the first r lanes.
+alignas(32) constexpr int32_t kTailMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                    0,  0,  0,  0,  0,  0,  0,  0};
+
+__m256i tail_mask(size_t r) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMaskTable + 8 - r));
+}
+
+// The first `count` <= 8 floats at p in the low lanes, zeros above. Callers
+// pass a constant 8 for whole chunks, where this folds to a plain load.
+__m256 load_lanes(const float* p, size_t count) {
+  return count >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(count));
+}
+
+// Stores the low `count` <= 8 lanes of v to p.
+void store_lanes(float* p, size_t count, __m256 v) {
+  if (count >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, tail_mask(count), v);
+  }
+}
+
+// Calls body(offset, count) for each chunk of 8 of [0, n), count < 8 only for
+// the last.
+template <typename Body>
+void for_each_chunk(size_t n, Body body) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    body(i, size_t{8});
+  }
+  if (i < n) {
+    body(i, n - i);
+  }
+}
+
+// Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp(x) in 8 lanes (Cephes expf: range reduction by ln 2 and a degree-6
+// polynomial, within 2 ulp). Inputs below -87.3 give 0, above 87 give exp(87);
+// callers only need values up to that.
+__m256 exp256(__m256 x) {
+  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // x - n ln2, with ln2 split so n * 0.693359375 is exact.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // 2^n built in the exponent field; n is within [-126, 126] after the clamp.
+  const __m256i scale =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
+}
+
+// Sum of chunk(offset, count) over the chunks of 8 of [0, n), chunk i going to
+// accumulator i % 4, then ((a0 + a1) + (a2 + a3)) and hsum: an order fixed by
+// n alone. `chunk` returns 8 lanes, those from `count` on zero.
+template <typename Chunk>
+float sum_chunks(size_t n, Chunk chunk) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc[0] = _mm256_add_ps(acc[0], chunk(i, size_t{8}));
+    acc[1] = _mm256_add_ps(acc[1], chunk(i + 8, size_t{8}));
+    acc[2] = _mm256_add_ps(acc[2], chunk(i + 16, size_t{8}));
+    acc[3] = _mm256_add_ps(acc[3], chunk(i + 24, size_t{8}));
+  }
+  for (size_t lane = 0; i < n; i += 8, ++lane) {
+    acc[lane] = _mm256_add_ps(acc[lane], chunk(i, std::min<size_t>(8, n - i)));
+  }
+  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+void dequantize_q8_0(const uint8_t* __restrict__ row, size_t n, float* __restrict__ out) {
+  for (size_t block = 0; block < n / kQ8_0BlockSize; ++block) {
+    const uint8_t* bytes = row + block * kQ8_0BlockBytes;
+    uint16_t d_bits;
+    std::memcpy(&d_bits, bytes, sizeof d_bits);
+    const __m256 d = _mm256_set1_ps(f16_to_f32(d_bits));
+    for (size_t j = 0; j < kQ8_0BlockSize; j += 8) {
+      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + 2 + j));
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+      _mm256_storeu_ps(out + block * kQ8_0BlockSize + j, _mm256_mul_ps(d, q));
+    }
+  }
+}
+
+void dequantize_f16(const uint16_t* __restrict__ row, size_t n, float* __restrict__ out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i))));
+  }
+  for (; i < n; ++i) {
+    out[i] = f16_to_f32(row[i]);
+  }
+}
+
+void dequantize_bf16(const uint16_t* __restrict__ row, size_t n, float* __restrict__ out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i)));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  }
+  for (; i < n; ++i) {
+    out[i] = bf16_to_f32(row[i]);
+  }
+}
+
+// dequantize_row (caflm/gguf/quantize.hpp) with AVX2 and F16C, for the
+// embedding lookup; the results are the same (each value is one exact
+// conversion or one product).
+void dequantize_row_avx2(TensorType type, const void* __restrict__ row, size_t n,
+                         float* __restrict__ out) {
+  switch (type) {
+  case TensorType::F32:
+    std::memcpy(out, row, n * sizeof(float));
+    return;
+  case TensorType::F16:
+    dequantize_f16(static_cast<const uint16_t*>(row), n, out);
+    return;
+  case TensorType::BF16:
+    dequantize_bf16(static_cast<const uint16_t*>(row), n, out);
+    return;
+  case TensorType::Q8_0:
+    if (n % kQ8_0BlockSize != 0) {
+      throw std::invalid_argument("dequantize_row: q8_0 row length " + std::to_string(n) +
+                                  " is not a multiple of 32");
+    }
+    dequantize_q8_0(static_cast<const uint8_t*>(row), n, out);
+    return;
+  }
+  throw std::invalid_argument("dequantize_row: invalid tensor type");
+}
+
+} // namespace
+
+void embedding_lookup(const WeightView& table, const TokenId* __restrict__ tokens, size_t m,
+                      float* __restrict__ out) {
+  const uint64_t row_bytes = tensor_row_bytes(table.type, table.cols);
+  const auto* data = static_cast<const uint8_t*>(table.data);
+  for (size_t i = 0; i < m; ++i) {
+    if (tokens[i] >= table.rows) {
+      throw std::out_of_range("embedding_lookup: token id " + std::to_string(tokens[i]) +
+                              " outside a table of " + std::to_string(table.rows) + " rows");
+    }
+  }
+  for (size_t i = 0; i < m; ++i) {
+    dequantize_row_avx2(table.type, data + tokens[i] * row_bytes, table.cols, out + i * table.cols);
+  }
+}
+
+void rms_norm(const float* x, size_t m, size_t d, const float* __restrict__ weight, float eps,
+              float* out) {
+  const auto rows = static_cast<ptrdiff_t>(m);
+#pragma omp parallel for schedule(static) if (m * d >= kParallelMinElements)
+  for (ptrdiff_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * d;
+    float* yr = out + row * d;
+    const float sum_squares = sum_chunks(d, [xr](size_t i, size_t count) {
+      const __m256 v = load_lanes(xr + i, count);
+      return _mm256_mul_ps(v, v);
+    });
+    const float mean = sum_squares / static_cast<float>(d);
+    // ggml scales first and multiplies by the weight in a second operation.
+    const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(mean + eps));
+    for_each_chunk(d, [&](size_t i, size_t count) {
+      const __m256 scaled = _mm256_mul_ps(load_lanes(xr + i, count), scale);
+      store_lanes(yr + i, count, _mm256_mul_ps(scaled, load_lanes(weight + i, count)));
+    });
+  }
+}
+
+void rope(float* __restrict__ x, size_t m, size_t n_heads, const int32_t* __restrict__ positions,
+          const RopeConfig& config) {
+  const size_t d = config.head_dim;
+  if (d % 2 != 0) {
+    throw std::invalid_argument("rope: head_dim " + std::to_string(d) + " is odd");
+  }
+  const size_t half = d / 2;
+  const float theta_scale = std::pow(config.freq_base, -2.0f / static_cast<float>(d));
+  const auto rows = static_cast<ptrdiff_t>(m);
+#pragma omp parallel if (m * n_heads * d >= kParallelMinElements)
+  {
+    // cos and sin of each pair's angle for the current token, as ggml's rope cache.
+    thread_local std::vector<float> cos_sin;
+    cos_sin.resize(d);
+#pragma omp for schedule(static)
+    for (ptrdiff_t token = 0; token < rows; ++token) {
+      float theta = static_cast<float>(positions[token]);
+      for (size_t i = 0; i < half; ++i) {
+        const float angle = config.freq_factors ? theta / config.freq_factors[i] : theta;
+        cos_sin[2 * i] = std::cos(angle);
+        cos_sin[2 * i + 1] = std::sin(angle);
+        theta *= theta_scale;
+      }
+      for (size_t head = 0; head < n_heads; ++head) {
+        float* v = x + (token * n_heads + head) * d;
+        // Pair i is (2i, 2i+1) interleaved, (i, i + d/2) in NeoX mode.
+        const size_t first_stride = config.mode == RopeMode::Interleaved ? 2 : 1;
+        const size_t partner = config.mode == RopeMode::Interleaved ? 1 : half;
+        for (size_t i = 0; i < half; ++i) {
+          const float c = cos_sin[2 * i];
+          const float s = cos_sin[2 * i + 1];
+          const float x0 = v[i * first_stride];
+          const float x1 = v[i * first_stride + partner];
+          v[i * first_stride] = x0 * c - x1 * s;
+          v[i * first_stride + partner] = x0 * s + x1 * c;
+        }
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, size_t m, size_t f, float* out) {
+  const size_t n = m * f;
+  const auto chunks = static_cast<ptrdiff_t>((n + 7) / 8);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  // Purely elementwise: any split over threads gives the same bits.
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
+  for (ptrdiff_t chunk = 0; chunk < chunks; ++chunk) {
+    const size_t i = static_cast<size_t>(chunk) * 8;
+    const size_t count = std::min<size_t>(8, n - i);
+    const __m256 g = load_lanes(gate + i, count);
+    // silu(g) = g / (1 + exp(-g)), as ggml writes it.
+    const __m256 silu =
+        _mm256_div_ps(g, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    store_lanes(out + i, count, _mm256_mul_ps(silu, load_lanes(up + i, count)));
+  }
+}
+
+float dot_f32(const float* __restrict__ a, const float* __restrict__ b, size_t n) {
+  return sum_chunks(n, [a, b](size_t i, size_t count) {
+    return _mm256_mul_ps(load_lanes(a + i, count), load_lanes(b + i, count));
+  });
+}
+
+void axpy_f32(float alpha, const float* __restrict__ x, float* __restrict__ y, size_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  for_each_chunk(n, [&](size_t i, size_t count) {
+    store_lanes(y + i, count,
+                _mm256_fmadd_ps(a, load_lanes(x + i, count), load_lanes(y + i, count)));
+  });
+}
+
+void scale_f32(float alpha, float* __restrict__ x, size_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  for_each_chunk(n, [&](size_t i, size_t count) {
+    store_lanes(x + i, count, _mm256_mul_ps(a, load_lanes(x + i, count)));
+  });
+}
+
+void softmax_f32(float* __restrict__ x, size_t n) {
+  if (n == 0) {
+    return;
+  }
+  const float max = *std::max_element(x, x + n);
+  const __m256 vmax = _mm256_set1_ps(max);
+  // Exponentiate in place while summing; lanes past the end must add 0, not
+  // exp(0 - max).
+  const float sum = sum_chunks(n, [x, vmax](size_t i, size_t count) {
+    __m256 e = exp256(_mm256_sub_ps(load_lanes(x + i, count), vmax));
+    if (count < 8) {
+      e = _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(count)));
+    }
+    store_lanes(x + i, count, e);
+    return e;
+  });
+  scale_f32(1.0f / sum, x, n);
+}
+
+} // namespace caflm

@@ -1,0 +1,63 @@
+#pragma once
+
+#include "caflm/gguf/tensor_type.hpp"
+#include "caflm/kv/token_id.hpp"
+#include "caflm/model/model_config.hpp"
+#include "caflm/model/weight_view.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+// Elementwise and per-row CPU kernels of the Llama/Qwen2 forward pass (the
+// matrix products are in cpu/cpu_matmul.hpp).
+//
+// Batch invariance: every result element depends only on its own row's inputs
+// and is computed in an order fixed by the row length alone, never by the
+// number of rows, a row's position in the batch or the thread count. The
+// kernels that split work over threads split only whole rows.
+
+namespace caflm {
+
+/// Copies each token's row of `table` ([vocab, D], any type) to `out` as f32.
+/// Throws std::out_of_range for a token id outside the table.
+void embedding_lookup(const WeightView& table, const TokenId* __restrict__ tokens, size_t m,
+                      float* __restrict__ out /* [m, D] */);
+
+/// RMSNorm as ggml computes it: out = (x * 1/sqrt(mean(x^2) + eps)) * weight,
+/// each row on its own. `out` may equal `x`.
+void rms_norm(const float* x /* [m, d] */, size_t m, size_t d,
+              const float* __restrict__ weight /* [d] */, float eps, float* out /* [m, d] */);
+
+/// Rotary position embedding parameters, from the model's metadata.
+struct RopeConfig {
+  RopeMode mode;
+  size_t head_dim;                     ///< d; must be even
+  float freq_base;                     ///< rope.freq_base (theta), e.g. 10000
+  const float* freq_factors = nullptr; ///< [d/2] divisors of each pair's angle (llama 3.1
+                                       ///< rope_freqs), or null
+};
+
+/// Rotates every head of `x` in place by its token's position, computing
+/// angles exactly as ggml does (theta_i = pos * base^(-2i/d) by repeated float
+/// multiplication, then cosf/sinf). Call it once for q and once for k.
+void rope(float* __restrict__ x /* [m, n_heads, head_dim] */, size_t m, size_t n_heads,
+          const int32_t* __restrict__ positions /* [m] */, const RopeConfig& config);
+
+/// SwiGLU: out = silu(gate) * up, elementwise. `out` may equal `gate` or `up`.
+void silu_mul(const float* gate /* [m, f] */, const float* up /* [m, f] */, size_t m, size_t f,
+              float* out /* [m, f] */);
+
+/// Sum of a[i] * b[i] in an order fixed by `n` alone.
+float dot_f32(const float* __restrict__ a, const float* __restrict__ b, size_t n);
+
+/// y[i] += alpha * x[i].
+void axpy_f32(float alpha, const float* __restrict__ x, float* __restrict__ y, size_t n);
+
+/// x[i] *= alpha.
+void scale_f32(float alpha, float* __restrict__ x, size_t n);
+
+/// In-place softmax of one row: exp(x - max) / sum, the sum in an order fixed
+/// by `n` alone. Entries of -infinity (masked) become 0.
+void softmax_f32(float* __restrict__ x, size_t n);
+
+} // namespace caflm

@@ -1,0 +1,175 @@
+#include "caflm/cpu/cpu_model_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <omp.h>
+
+#include "caflm/cpu/cpu_matmul.hpp"
+
+namespace caflm {
+
+CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits limits)
+  : model_(std::move(model))
+  , config_(model_->config())
+  , weights_(model_->weights())
+  , limits_(limits)
+  , rope_{config_.rope_mode, config_.head_dim, config_.rope_base,
+          weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data()}
+  , kv_(config_.n_layers, limits.kv_blocks, limits.block_size, config_.n_kv_heads, config_.head_dim)
+  , x_(std::size_t{limits.max_tokens} * config_.dim)
+  , h_(x_.size())
+  , q_(std::size_t{limits.max_tokens} * config_.q_dim())
+  , k_(std::size_t{limits.max_tokens} * config_.kv_dim())
+  , v_(k_.size())
+  , attn_(q_.size())
+  , gate_(std::size_t{limits.max_tokens} * config_.ffn_dim)
+  , up_(gate_.size())
+  , last_(std::size_t{limits.max_items} * config_.dim)
+  , positions_(limits.max_tokens)
+  , token_item_(limits.max_tokens)
+  , threads_(omp_get_max_threads())
+  , scores_(std::size_t(threads_) * limits.max_context) {}
+
+bool CpuModelRunner::valid(const RaggedBatch& batch) const {
+  if (batch.item_count > limits_.max_items || batch.token_count > limits_.max_tokens)
+    return false;
+  std::uint32_t next_token = 0;
+  for (std::uint32_t i = 0; i < batch.item_count; ++i) {
+    const RaggedBatchItem& item = batch.items[i];
+    const std::uint64_t end = std::uint64_t{item.position} + item.query_length;
+    if (item.query_length == 0 || item.token_offset != next_token || end > limits_.max_context ||
+        std::uint64_t{item.page_count} * limits_.block_size < end ||
+        std::uint64_t{item.block_table_offset} + item.page_count > batch.block_table_size)
+      return false;
+    next_token += item.query_length;
+    for (std::uint32_t p = 0; p < item.page_count; ++p)
+      if (batch.block_tables[item.block_table_offset + p] >= limits_.kv_blocks)
+        return false;
+  }
+  if (next_token != batch.token_count)
+    return false;
+  for (std::uint32_t t = 0; t < batch.token_count; ++t)
+    if (batch.tokens[t] >= config_.vocab_size)
+      return false;
+  for (std::uint32_t c = 0; c < batch.copy_count; ++c)
+    if (batch.copies[c].source >= limits_.kv_blocks ||
+        batch.copies[c].destination >= limits_.kv_blocks)
+      return false;
+  return true;
+}
+
+Expected<RaggedBatchReceipt, BackendError>
+CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, float* logits) {
+  if (!valid(batch))
+    return BackendError::InvalidBatch;
+  for (std::uint32_t c = 0; c < batch.copy_count; ++c)
+    kv_.copy_block(batch.copies[c].source, batch.copies[c].destination);
+  const std::uint32_t n_tokens = batch.token_count;
+  const std::uint32_t dim = config_.dim;
+  for (std::uint32_t i = 0; i < batch.item_count; ++i) {
+    const RaggedBatchItem& item = batch.items[i];
+    for (std::uint32_t t = 0; t < item.query_length; ++t) {
+      positions_[item.token_offset + t] = static_cast<std::int32_t>(item.position + t);
+      token_item_[item.token_offset + t] = i;
+    }
+  }
+
+  embedding_lookup(weights_.token_embedding, batch.tokens, n_tokens, x_.data());
+  for (std::uint32_t layer = 0; layer < config_.n_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    // Attention block: x += wo · attention(rope(q), rope(k), v).
+    rms_norm(x_.data(), n_tokens, dim, w.attn_norm.data(), config_.rms_eps, h_.data());
+    linear(w.wq, h_.data(), n_tokens, q_.data(), w.bq.empty() ? nullptr : w.bq.data());
+    linear(w.wk, h_.data(), n_tokens, k_.data(), w.bk.empty() ? nullptr : w.bk.data());
+    linear(w.wv, h_.data(), n_tokens, v_.data(), w.bv.empty() ? nullptr : w.bv.data());
+    rope(q_.data(), n_tokens, config_.n_heads, positions_.data(), rope_);
+    rope(k_.data(), n_tokens, config_.n_kv_heads, positions_.data(), rope_);
+    store_kv(layer, batch);
+    attention_layer(layer, batch, n_tokens);
+    linear(w.wo, attn_.data(), n_tokens, h_.data(), nullptr);
+    for (std::size_t e = 0; e < std::size_t{n_tokens} * dim; ++e)
+      x_[e] += h_[e];
+    // Feed-forward block: x += w_down · (silu(w_gate · h) * (w_up · h)).
+    rms_norm(x_.data(), n_tokens, dim, w.ffn_norm.data(), config_.rms_eps, h_.data());
+    linear(w.w_gate, h_.data(), n_tokens, gate_.data(), nullptr);
+    linear(w.w_up, h_.data(), n_tokens, up_.data(), nullptr);
+    silu_mul(gate_.data(), up_.data(), n_tokens, config_.ffn_dim, gate_.data());
+    linear(w.w_down, gate_.data(), n_tokens, h_.data(), nullptr);
+    for (std::size_t e = 0; e < std::size_t{n_tokens} * dim; ++e)
+      x_[e] += h_[e];
+  }
+
+  // Logits only for each item's last token.
+  for (std::uint32_t i = 0; i < batch.item_count; ++i) {
+    const RaggedBatchItem& item = batch.items[i];
+    const float* row = x_.data() + std::size_t{item.token_offset + item.query_length - 1} * dim;
+    std::copy_n(row, dim, last_.data() + std::size_t{i} * dim);
+  }
+  rms_norm(last_.data(), batch.item_count, dim, weights_.output_norm.data(), config_.rms_eps,
+           last_.data());
+  linear(weights_.output, last_.data(), batch.item_count, logits, nullptr);
+
+  for (std::uint32_t i = 0; i < batch.item_count; ++i)
+    outputs[i] = RaggedBatchOutput{batch.items[i].request_id, batch.items[i].slot,
+                                   batch.items[i].query_length};
+  return RaggedBatchReceipt{batch.item_count, 1, n_tokens};
+}
+
+void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch) {
+  const std::uint32_t head_dim = config_.head_dim;
+  const std::uint32_t block_size = limits_.block_size;
+  for (std::uint32_t i = 0; i < batch.item_count; ++i) {
+    const RaggedBatchItem& item = batch.items[i];
+    const BlockId* pages = batch.block_tables + item.block_table_offset;
+    for (std::uint32_t t = 0; t < item.query_length; ++t) {
+      const std::uint32_t row = item.token_offset + t;
+      const std::uint32_t pos = item.position + t;
+      const BlockId block = pages[pos / block_size];
+      const std::size_t cell = std::size_t{pos % block_size} * head_dim;
+      for (std::uint32_t head = 0; head < config_.n_kv_heads; ++head) {
+        const std::size_t src = std::size_t{row} * config_.kv_dim() + std::size_t{head} * head_dim;
+        std::copy_n(&k_[src], head_dim, kv_.keys(layer, block, head) + cell);
+        std::copy_n(&v_[src], head_dim, kv_.values(layer, block, head) + cell);
+      }
+    }
+  }
+}
+
+void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& batch,
+                                     std::uint32_t n_tokens) {
+  const std::uint32_t head_dim = config_.head_dim;
+  const std::uint32_t block_size = limits_.block_size;
+  const std::uint32_t group = config_.n_heads / config_.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::int64_t work = std::int64_t{n_tokens} * config_.n_heads;
+
+  // Each (token, head) pair reads only its own sequence's cache, in position
+  // order, so its result never depends on how the work is split.
+#pragma omp parallel for schedule(static) num_threads(threads_)
+  for (std::int64_t pair = 0; pair < work; ++pair) {
+    const auto row = static_cast<std::uint32_t>(pair / config_.n_heads);
+    const auto head = static_cast<std::uint32_t>(pair % config_.n_heads);
+    const std::uint32_t kv_head = head / group;
+    const RaggedBatchItem& item = batch.items[token_item_[row]];
+    const BlockId* pages = batch.block_tables + item.block_table_offset;
+    const std::uint32_t context = static_cast<std::uint32_t>(positions_[row]) + 1; // causal
+    float* scores = scores_.data() + std::size_t(omp_get_thread_num()) * limits_.max_context;
+    const float* query =
+        q_.data() + std::size_t{row} * config_.q_dim() + std::size_t{head} * head_dim;
+    for (std::uint32_t pos = 0; pos < context; ++pos) {
+      const float* key = kv_.keys(layer, pages[pos / block_size], kv_head) +
+                         std::size_t{pos % block_size} * head_dim;
+      scores[pos] = dot_f32(query, key, head_dim) * scale;
+    }
+    softmax_f32(scores, context);
+    float* out = attn_.data() + std::size_t{row} * config_.q_dim() + std::size_t{head} * head_dim;
+    std::fill_n(out, head_dim, 0.0f);
+    for (std::uint32_t pos = 0; pos < context; ++pos) {
+      const float* value = kv_.values(layer, pages[pos / block_size], kv_head) +
+                           std::size_t{pos % block_size} * head_dim;
+      axpy_f32(scores[pos], value, out, head_dim);
+    }
+  }
+}
+
+} // namespace caflm

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <memory>
+
+#include "caflm/cpu/cpu_kernels.hpp"
+#include "caflm/kv/kv_storage.hpp"
+#include "caflm/model/model.hpp"
+#include "caflm/scheduler/ragged_batch.hpp"
+
+namespace caflm {
+
+/// Sizes that fix the runner's buffers at construction.
+struct RunnerLimits {
+  /// Most tokens in one step (the scheduler's token budget).
+  std::uint32_t max_tokens = 512;
+  /// Most items (sequences) in one step.
+  std::uint32_t max_items = 64;
+  /// Longest sequence attended over.
+  std::uint32_t max_context = 2048;
+  /// Physical KV blocks and their size, as in the scheduler's pool.
+  std::uint32_t kv_blocks = 1024;
+  std::uint32_t block_size = 16;
+};
+
+/// Runs a Llama/Qwen2 model on the CPU, one whole ragged step (prefill
+/// chunks and decodes of many sequences) per call, over the paged KV cache.
+///
+/// Batch invariance: every kernel fixes each output row's reduction order
+/// by the row's length alone, and attention for one (token, head) reads only
+/// its own sequence's cache in position order. So a sequence's logits are
+/// bitwise the same whatever shares its step, and whether its KV entered the
+/// cache by prefill or by decode.
+class CpuModelRunner : public RaggedBackend {
+ public:
+  CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits limits);
+
+  std::uint32_t vocab_size() const override { return config_.vocab_size; }
+  const RunnerLimits& limits() const { return limits_; }
+  KvStorage& kv() { return kv_; }
+
+  Expected<RaggedBatchReceipt, BackendError>
+  execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, float* logits) override;
+
+ private:
+  bool valid(const RaggedBatch& batch) const;
+  void attention_layer(std::uint32_t layer, const RaggedBatch& batch, std::uint32_t n_tokens);
+  void store_kv(std::uint32_t layer, const RaggedBatch& batch);
+
+  std::shared_ptr<const Model> model_;
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  RunnerLimits limits_;
+  RopeConfig rope_;
+  KvStorage kv_;
+  // Step scratch, sized by the limits; a step allocates nothing.
+  std::vector<float> x_;                  // [max_tokens, dim] residual stream
+  std::vector<float> h_;                  // [max_tokens, dim] normed input / block output
+  std::vector<float> q_;                  // [max_tokens, q_dim]
+  std::vector<float> k_;                  // [max_tokens, kv_dim]
+  std::vector<float> v_;                  // [max_tokens, kv_dim]
+  std::vector<float> attn_;               // [max_tokens, q_dim]
+  std::vector<float> gate_;               // [max_tokens, ffn_dim]
+  std::vector<float> up_;                 // [max_tokens, ffn_dim]
+  std::vector<float> last_;               // [max_items, dim] last token of each item
+  std::vector<std::int32_t> positions_;   // [max_tokens]
+  std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
+  int threads_;                           // OpenMP threads of the attention loop
+  std::vector<float> scores_;             // [threads, max_context]
+};
+
+} // namespace caflm

@@ -1,0 +1,198 @@
+#include "caflm/engine/inference_engine.hpp"
+
+#include <algorithm>
+
+#include "caflm/text/vocabulary.hpp"
+
+namespace caflm {
+
+const char* to_string(FinishReason reason) {
+  switch (reason) {
+  case FinishReason::None:
+    return "none";
+  case FinishReason::Stop:
+    return "stop";
+  case FinishReason::Length:
+    return "length";
+  case FinishReason::Cancelled:
+    return "cancelled";
+  case FinishReason::Error:
+    return "error";
+  }
+  return "unknown";
+}
+
+const char* to_string(AddError error) {
+  switch (error) {
+  case AddError::Full:
+    return "the engine has no free request slot";
+  case AddError::DuplicateRequest:
+    return "a request with this id is already running";
+  case AddError::EmptyPrompt:
+    return "the prompt is empty";
+  case AddError::ContextLengthExceeded:
+    return "the prompt does not fit in the context";
+  case AddError::InvalidToken:
+    return "the prompt holds a token id outside the vocabulary";
+  case AddError::BadParams:
+    return "invalid sampling parameters";
+  }
+  return "unknown error";
+}
+
+InferenceEngine::InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
+                                 std::unique_ptr<RaggedBackend> backend, const EngineConfig& config,
+                                 std::uint64_t cache_salt)
+  : tokenizer_(std::move(tokenizer))
+  , backend_(std::move(backend))
+  , config_(config)
+  , pool_(config.kv_blocks)
+  , cache_(config.prefix_caching ? config.kv_blocks : 0, config.scheduler.block_size, cache_salt)
+  , table_(config.scheduler, pool_, config.prefix_caching ? &cache_ : nullptr)
+  , planner_(config.scheduler)
+  , plan_(config.scheduler.max_requests)
+  , buffers_(config.scheduler.max_requests, config.scheduler.token_budget,
+             config.scheduler.max_requests * config.scheduler.max_pages(), backend_->vocab_size())
+  , sampler_(backend_->vocab_size())
+  , top_scratch_(kMaxTopLogprobs) {
+  const Vocabulary& vocab = tokenizer_->vocabulary();
+  for (TokenId id = 0; id < vocab.size(); ++id)
+    if (vocab.is_eog(id))
+      banned_.push_back(id);
+}
+
+std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
+  if (validate(request.params))
+    return AddError::BadParams;
+  if (request.generated.size() >= request.params.max_tokens)
+    return AddError::BadParams;
+  if (request.prompt.empty())
+    return AddError::EmptyPrompt;
+  if (requests_.count(request.id) != 0)
+    return AddError::DuplicateRequest;
+  std::vector<TokenId> sequence = request.prompt;
+  sequence.insert(sequence.end(), request.generated.begin(), request.generated.end());
+  // Room for at least one more token: a prompt is never truncated.
+  if (sequence.size() >= max_context())
+    return AddError::ContextLengthExceeded;
+  for (TokenId token : sequence)
+    if (token >= backend_->vocab_size())
+      return AddError::InvalidToken;
+  auto slot =
+      table_.admit(request.id, sequence.data(), static_cast<std::uint32_t>(sequence.size()));
+  if (!slot)
+    return slot.error() == SchedulerError::DuplicateRequest ? AddError::DuplicateRequest
+                                                            : AddError::Full;
+  StopMatcher stops(request.params.stop);
+  Active active{std::move(request), *slot, 0, StreamingDetokenizer(*tokenizer_), std::move(stops)};
+  // Replay what was already streamed, so held-back bytes and stop-string
+  // prefixes continue exactly where the previous engine left them.
+  for (TokenId token : active.request.generated)
+    active.stops.push(active.detokenizer.push(token));
+  active.generated = static_cast<std::uint32_t>(active.request.generated.size());
+  std::uint64_t id = active.request.id;
+  requests_.emplace(id, std::move(active));
+  return std::nullopt;
+}
+
+bool InferenceEngine::cancel(std::uint64_t request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end())
+    return false;
+  (void)table_.cancel(request_id);
+  requests_.erase(it);
+  return true;
+}
+
+LoadReport InferenceEngine::load() const {
+  LoadReport load;
+  load.running = table_.running_count();
+  load.waiting = table_.active_count() - table_.running_count();
+  load.free_blocks = pool_.free_count();
+  load.total_blocks = pool_.block_count();
+  std::uint64_t looked_up = cache_.hits() + cache_.misses();
+  load.prefix_hit_rate = looked_up == 0 ? 0.0 : double(cache_.hits()) / double(looked_up);
+  load.score = load_score(load.running, load.waiting);
+  return load;
+}
+
+std::vector<TokenEvent> InferenceEngine::step() {
+  std::vector<TokenEvent> events;
+  if (requests_.empty())
+    return events;
+  auto receipt = run_step(table_, planner_, *backend_, plan_, buffers_);
+  if (!receipt) {
+    // A failed step is a bug or a device fault: end every request rather
+    // than loop on it.
+    for (auto& entry : requests_)
+      events.push_back(end_with_error(entry.second));
+    requests_.clear();
+    return events;
+  }
+  for (std::uint32_t i = 0; i < plan_.unfittable_count; ++i) {
+    std::uint64_t id = table_.view(plan_.unfittable[i]).request_id;
+    auto it = requests_.find(id);
+    events.push_back(end_with_error(it->second));
+    requests_.erase(it);
+  }
+  for (std::uint32_t i = 0; i < buffers_.item_count; ++i) {
+    const RaggedBatchItem& item = buffers_.items[i];
+    if (!table_.view(item.slot).awaiting_token)
+      continue;
+    auto it = requests_.find(item.request_id);
+    sample_into(it->second, buffers_.logits_row(i), events);
+    if (events.back().finish != FinishReason::None)
+      requests_.erase(it);
+  }
+  return events;
+}
+
+void InferenceEngine::sample_into(Active& active, const float* logits,
+                                  std::vector<TokenEvent>& events) {
+  const SamplingParams& params = active.request.params;
+  const Vocabulary& vocab = tokenizer_->vocabulary();
+  RequestView view = table_.view(active.slot);
+  SampleResult sampled = sampler_.sample(
+      logits, params, table_.tokens(active.slot), view.token_count, active.generated,
+      banned_.data(), params.ignore_eos ? banned_.size() : 0, top_scratch_.data());
+  (void)table_.append_token(active.slot, sampled.token);
+  ++active.generated;
+
+  TokenEvent event;
+  event.request_id = active.request.id;
+  event.token = sampled.token;
+  event.logprob = sampled.logprob;
+  std::uint32_t top = std::min<std::uint32_t>(params.top_logprobs, backend_->vocab_size());
+  event.top_logprobs.assign(top_scratch_.begin(), top_scratch_.begin() + top);
+
+  bool end_of_generation = !params.ignore_eos && vocab.is_eog(sampled.token);
+  if (!end_of_generation)
+    event.text = active.stops.push(active.detokenizer.push(sampled.token));
+  if (end_of_generation || active.stops.stopped())
+    finish(active, FinishReason::Stop, event);
+  else if (active.generated >= params.max_tokens || view.token_count + 1 >= max_context())
+    finish(active, FinishReason::Length, event);
+  events.push_back(std::move(event));
+}
+
+TokenEvent InferenceEngine::end_with_error(Active& active) {
+  TokenEvent last;
+  last.request_id = active.request.id;
+  finish(active, FinishReason::Error, last);
+  return last;
+}
+
+void InferenceEngine::finish(Active& active, FinishReason reason, TokenEvent& last) {
+  if (reason == FinishReason::Stop || reason == FinishReason::Length) {
+    last.text += active.stops.push(active.detokenizer.flush());
+    last.text += active.stops.flush();
+  }
+  RequestView view = table_.view(active.slot);
+  last.finish = reason;
+  last.prompt_tokens = static_cast<std::uint32_t>(active.request.prompt.size());
+  last.completion_tokens = active.generated;
+  last.cached_prompt_tokens = std::min(view.cached_prompt_tokens, last.prompt_tokens);
+  (void)table_.finish(active.request.id);
+}
+
+} // namespace caflm

@@ -1,0 +1,157 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "caflm/sampling/sampler.hpp"
+#include "caflm/sampling/sampling_params.hpp"
+#include "caflm/scheduler/step.hpp"
+#include "caflm/text/detokenizer.hpp"
+#include "caflm/text/stop_matcher.hpp"
+#include "caflm/text/tokenizer.hpp"
+
+namespace caflm {
+
+/// Why a generation ended.
+enum class FinishReason : std::uint8_t {
+  None,
+  /// An end-of-generation token or a stop string.
+  Stop,
+  /// max_tokens reached, or the context is full.
+  Length,
+  /// Cancelled by the caller.
+  Cancelled,
+  /// The request can never fit in the KV cache.
+  Error,
+};
+
+/// OpenAI's spelling: "stop", "length", "cancelled", "error".
+const char* to_string(FinishReason reason);
+
+/// One request to generate from a tokenized prompt.
+struct GenerationRequest {
+  std::uint64_t id = 0;
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+  /// Tokens this request already generated elsewhere (resumption after a
+  /// replica failure): they follow the prompt, count towards max_tokens, and
+  /// sampling continues at step `generated.size()`.
+  std::vector<TokenId> generated;
+};
+
+/// What one step produced for one request.
+struct TokenEvent {
+  std::uint64_t request_id = 0;
+  TokenId token = 0;
+  /// Text that may be shown now: whole UTF-8 characters, stop text held back.
+  std::string text;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;
+  FinishReason finish = FinishReason::None;
+  /// Usage, set on the last event.
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t completion_tokens = 0;
+  std::uint32_t cached_prompt_tokens = 0;
+};
+
+/// Why `InferenceEngine::add` refused a request.
+enum class AddError : std::uint8_t {
+  Full,
+  DuplicateRequest,
+  EmptyPrompt,
+  ContextLengthExceeded,
+  InvalidToken,
+  BadParams,
+};
+
+const char* to_string(AddError error);
+
+/// Configuration of one engine (one model replica).
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  /// Physical KV blocks of `scheduler.block_size` tokens.
+  std::uint32_t kv_blocks = 1024;
+  bool prefix_caching = true;
+};
+
+/// Point-in-time load of an engine, for routing: the same report crosses
+/// the network (messages/) and reaches the coordinator.
+struct LoadReport {
+  std::uint32_t running = 0;
+  std::uint32_t waiting = 0;
+  std::uint32_t free_blocks = 0;
+  std::uint32_t total_blocks = 0;
+  double prefix_hit_rate = 0.0;
+  /// load_score(running, waiting): lower is better.
+  double score = 0.0;
+};
+
+/// How loaded an engine is for routing: a waiting request counts four
+/// running ones, since it waits behind all of them.
+inline double load_score(std::uint32_t running, std::uint32_t waiting) {
+  return 4.0 * waiting + running;
+}
+
+/// Continuous batching over one backend: requests join and leave between
+/// steps; each step is one ragged batch, sampled with a counter-based RNG,
+/// detokenized in stream and checked for stop strings. Not thread-safe: one
+/// owner (the worker actor, or the command line) drives it.
+class InferenceEngine {
+ public:
+  /// The backend's KV storage must have at least `config.kv_blocks` blocks
+  /// of `config.scheduler.block_size`; see `make_cpu_engine`.
+  InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
+                  std::unique_ptr<RaggedBackend> backend, const EngineConfig& config,
+                  std::uint64_t cache_salt);
+
+  /// Queues a request; it starts in a later step.
+  std::optional<AddError> add(GenerationRequest request);
+  /// Ends a request at once, releasing its blocks; false if unknown.
+  bool cancel(std::uint64_t request_id);
+
+  bool has_work() const { return !requests_.empty(); }
+  std::size_t active() const { return requests_.size(); }
+  LoadReport load() const;
+  const EngineConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  /// Longest sequence this engine accepts, prompt and generation together.
+  std::uint32_t max_context() const { return config_.scheduler.max_context; }
+
+  /// Runs one step and returns its events: one per sampled token, and a
+  /// final one (finish reason set) per request that ended.
+  std::vector<TokenEvent> step();
+
+ private:
+  struct Active {
+    GenerationRequest request;
+    std::uint32_t slot;
+    std::uint32_t generated = 0;
+    StreamingDetokenizer detokenizer;
+    StopMatcher stops;
+  };
+
+  void sample_into(Active& active, const float* logits, std::vector<TokenEvent>& events);
+  void finish(Active& active, FinishReason reason, TokenEvent& last);
+  /// Ends `active` with FinishReason::Error (the caller forgets it).
+  TokenEvent end_with_error(Active& active);
+
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<RaggedBackend> backend_;
+  EngineConfig config_;
+  BlockPool pool_;
+  PrefixCache cache_;
+  RequestTable table_;
+  StepPlanner planner_;
+  StepPlan plan_;
+  RaggedBatchBuffers buffers_;
+  Sampler sampler_;
+  std::vector<TokenId> banned_;
+  std::vector<TokenLogprob> top_scratch_;
+  std::unordered_map<std::uint64_t, Active> requests_;
+};
+
+} // namespace caflm

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "caflm/kv/expected.hpp"
+#include "caflm/kv/kv_error.hpp"
+
+namespace caflm {
+
+/// Index of a physical KV block.
+using BlockId = std::uint32_t;
+
+/// A fixed number of physical KV blocks, shared by reference count.
+///
+/// A block is free (count 0) or held by one or more owners: block tables of
+/// running sequences and the prefix cache. Allocation pops a LIFO free list,
+/// so the pool never allocates memory after construction.
+class BlockPool {
+ public:
+  using RefCount = std::uint16_t;
+
+  explicit BlockPool(std::uint32_t block_count);
+
+  std::uint32_t block_count() const { return static_cast<std::uint32_t>(refcounts_.size()); }
+  std::uint32_t free_count() const { return static_cast<std::uint32_t>(free_list_.size()); }
+  std::uint32_t used_count() const { return block_count() - free_count(); }
+
+  /// Current reference count of `block`; 0 for a free or out-of-range block.
+  RefCount refcount(BlockId block) const;
+
+  /// Takes a free block with reference count 1.
+  Expected<BlockId, KvError> allocate();
+
+  /// Adds one reference to an allocated block.
+  Expected<void, KvError> retain(BlockId block);
+
+  /// Drops one reference; the block returns to the free list at zero.
+  Expected<void, KvError> release(BlockId block);
+
+ private:
+  std::vector<RefCount> refcounts_; // [block_count]
+  std::vector<BlockId> free_list_;  // capacity block_count; back() is next
+};
+
+} // namespace caflm

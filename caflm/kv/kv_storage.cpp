@@ -1,0 +1,25 @@
+#include "caflm/kv/kv_storage.hpp"
+
+#include <algorithm>
+
+namespace caflm {
+
+KvStorage::KvStorage(std::uint32_t n_layers, std::uint32_t n_blocks, std::uint32_t block_size,
+                     std::uint32_t n_kv_heads, std::uint32_t head_dim)
+  : n_layers_(n_layers)
+  , n_blocks_(n_blocks)
+  , block_size_(block_size)
+  , n_kv_heads_(n_kv_heads)
+  , head_stride_(std::size_t{block_size} * head_dim)
+  , keys_(std::size_t{n_layers} * n_blocks * n_kv_heads * head_stride_)
+  , values_(keys_.size()) {}
+
+void KvStorage::copy_block(BlockId source, BlockId destination) {
+  const std::size_t block_floats = n_kv_heads_ * head_stride_;
+  for (std::uint32_t layer = 0; layer < n_layers_; ++layer) {
+    std::copy_n(keys(layer, source, 0), block_floats, keys(layer, destination, 0));
+    std::copy_n(values(layer, source, 0), block_floats, values(layer, destination, 0));
+  }
+}
+
+} // namespace caflm

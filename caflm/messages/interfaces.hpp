@@ -1,0 +1,55 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <caf/typed_actor.hpp>
+
+#include "caflm/messages/atoms.hpp"
+#include "caflm/messages/messages.hpp"
+
+namespace caflm {
+
+/// Receives a request's tokens (in batches, one per step and destination)
+/// or its error. A request actor is one; so is a remote engine's proxy,
+/// which fans batches out to request actors on its own node.
+using token_sink = caf::typed_actor<caf::reacts_to<TokenBatch>, caf::reacts_to<InferenceError>>;
+
+/// One model replica. `add` answers at once (admission); tokens stream to
+/// the sink separately.
+using engine_core_actor =
+    caf::typed_actor<caf::replies_to<add_atom, GenerateRequest, token_sink>::with<Admission>,
+                     caf::replies_to<get_load_atom>::with<LoadReport>,
+                     caf::reacts_to<cancel_atom, std::uint64_t>>;
+
+/// What a coordinator knows of its engines.
+struct CoordinatorStats {
+  std::uint32_t engines = 0;
+  std::uint64_t routed = 0;
+  std::vector<LoadReport> loads;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CoordinatorStats& x) {
+  return f(caf::meta::type_name("caflm::CoordinatorStats"), x.engines, x.routed, x.loads);
+}
+
+/// Spreads requests over engines by load and prefix affinity. `route`
+/// answers an invalid handle when no engine is registered.
+using dp_coordinator_actor =
+    caf::typed_actor<caf::replies_to<route_atom, std::uint64_t>::with<engine_core_actor>,
+                     caf::reacts_to<register_atom, engine_core_actor>,
+                     caf::reacts_to<deregister_atom, engine_core_actor>,
+                     caf::replies_to<stats_atom>::with<CoordinatorStats>>;
+
+/// The engine core as its worker sees it: the worker reports, after each
+/// step, which requests ended and the KV cache's state.
+using engine_core_internal_actor =
+    engine_core_actor::extend<caf::reacts_to<done_atom, std::vector<std::uint64_t>, LoadReport>>;
+
+/// The detached actor that owns a model runner and runs the step loop.
+using worker_actor =
+    caf::typed_actor<caf::reacts_to<add_atom, GenerateRequest, token_sink>,
+                     caf::reacts_to<cancel_atom, std::uint64_t>, caf::reacts_to<step_atom>>;
+
+} // namespace caflm

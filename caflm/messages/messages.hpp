@@ -1,0 +1,143 @@
+#pragma once
+
+#include <caf/meta/type_name.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caflm/engine/inference_engine.hpp"
+#include "caflm/sampling/sampling_params.hpp"
+
+namespace caflm {
+
+/// Why a request failed. Crosses the network, so codes are stable numbers.
+enum class InferenceErrorCode : std::uint8_t {
+  /// The engine's waiting queue is full; try again or elsewhere.
+  backpressure = 1,
+  /// The request is malformed (empty prompt, absurd sampling values, ...).
+  bad_request = 2,
+  /// The prompt does not fit in the model's context.
+  context_length_exceeded = 3,
+  /// The request was cancelled.
+  cancelled = 4,
+  /// No engine can serve the request now.
+  engine_unavailable = 5,
+  /// A fault inside the engine.
+  internal = 6,
+};
+
+const char* to_string(InferenceErrorCode code);
+
+/// A failed request, sent to its token sink or returned as an admission.
+struct InferenceError {
+  std::uint64_t request_id = 0;
+  InferenceErrorCode code = InferenceErrorCode::internal;
+  std::string message;
+};
+
+/// A generation request as it travels between actors.
+struct GenerateRequest {
+  std::uint64_t id = 0;
+  /// The prompt as text (tokenized by the engine, BOS as the model says)...
+  std::string prompt;
+  /// ... or as token ids, used when not empty.
+  std::vector<TokenId> prompt_tokens;
+  SamplingParams params;
+  /// Higher runs first; equal priorities run in arrival order.
+  std::int32_t priority = 0;
+  /// Tokens already generated (and streamed) by an engine that failed; the
+  /// next engine continues after them.
+  std::vector<TokenId> generated;
+};
+
+/// Token counts reported with a request's last chunk.
+struct Usage {
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t completion_tokens = 0;
+  std::uint32_t cached_prompt_tokens = 0;
+};
+
+/// Tokens of one request produced in one step.
+struct TokenChunk {
+  std::uint64_t request_id = 0;
+  /// The prompt's token ids, on a request's first chunk from an engine.
+  std::vector<TokenId> prompt_tokens;
+  std::vector<TokenId> tokens;
+  /// Text completed by these tokens (whole UTF-8 characters, stop text held).
+  std::string text;
+  /// Log-probability of each token.
+  std::vector<float> logprobs;
+  /// For each token, the most likely alternatives, when asked for.
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  /// None until the last chunk.
+  FinishReason finish = FinishReason::None;
+  Usage usage;
+};
+
+/// Every chunk one step produced for one destination: a request's sink, or
+/// a remote proxy that fans the chunks out on its own node.
+struct TokenBatch {
+  std::vector<TokenChunk> chunks;
+};
+
+/// The answer to `add`: accepted, or refused with a reason.
+struct Admission {
+  std::uint64_t request_id = 0;
+  bool accepted = false;
+  InferenceError error;
+};
+
+// -- serialization (CAF 0.17 inspect) ----------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
+  return f(caf::meta::type_name("caflm::SamplingParams"), x.max_tokens, x.temperature, x.top_k,
+           x.top_p, x.min_p, x.repetition_penalty, x.presence_penalty, x.frequency_penalty,
+           x.penalty_last_n, x.seed, x.stop, x.ignore_eos, x.top_logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
+  return f(caf::meta::type_name("caflm::TokenLogprob"), x.token, x.logprob);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, InferenceError& x) {
+  return f(caf::meta::type_name("caflm::InferenceError"), x.request_id, x.code, x.message);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GenerateRequest& x) {
+  return f(caf::meta::type_name("caflm::GenerateRequest"), x.id, x.prompt, x.prompt_tokens,
+           x.params, x.priority, x.generated);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Usage& x) {
+  return f(caf::meta::type_name("caflm::Usage"), x.prompt_tokens, x.completion_tokens,
+           x.cached_prompt_tokens);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenChunk& x) {
+  return f(caf::meta::type_name("caflm::TokenChunk"), x.request_id, x.prompt_tokens, x.tokens,
+           x.text, x.logprobs, x.top_logprobs, x.finish, x.usage);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
+  return f(caf::meta::type_name("caflm::TokenBatch"), x.chunks);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Admission& x) {
+  return f(caf::meta::type_name("caflm::Admission"), x.request_id, x.accepted, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
+  return f(caf::meta::type_name("caflm::LoadReport"), x.running, x.waiting, x.free_blocks,
+           x.total_blocks, x.prefix_hit_rate, x.score);
+}
+
+} // namespace caflm

@@ -1,0 +1,27 @@
+#include "caflm/scheduler/step.hpp"
+
+namespace caflm {
+
+Expected<RaggedBatchReceipt, SchedulerError> run_step(RequestTable& table, StepPlanner& planner,
+                                                      RaggedBackend& backend, StepPlan& plan,
+                                                      RaggedBatchBuffers& buffers) {
+  planner.plan(table, plan);
+  if (auto lowered = table.lower(plan.items.data(), plan.count, buffers); !lowered) {
+    table.recover_from_failed_step(buffers);
+    return lowered.error();
+  }
+  if (buffers.item_count == 0)
+    return RaggedBatchReceipt{};
+  auto receipt = backend.execute(buffers.batch(), buffers.outputs.data(), buffers.logits.data());
+  if (!receipt) {
+    table.recover_from_failed_step(buffers);
+    return SchedulerError::BackendFailed;
+  }
+  if (auto committed = table.commit(buffers, *receipt); !committed) {
+    table.recover_from_failed_step(buffers);
+    return committed.error();
+  }
+  return *receipt;
+}
+
+} // namespace caflm
