@@ -114,8 +114,8 @@ TEST_CASE("prefix-cache hits, forks with copy-on-write and preemption match the 
     harness.step(); // prefill publishes the system prompt's full blocks
     for (std::uint64_t id = 1; id < 4; ++id)
       REQUIRE(harness.admit(id, with_system(10), 17));
-    CHECK(harness.table().view(harness.table().find(1)).cached_prompt_tokens == 12);
     harness.step();
+    CHECK(harness.table().view(harness.table().find(1)).cached_prompt_tokens == 12);
     harness.step();
     // Fork request 1 mid-block; both sides continue differently.
     auto child = harness.script(1);

@@ -596,3 +596,47 @@ TEST_CASE("running out of KV blocks preempts without changing tokens; a request 
   CHECK(streams[0].tokens() == run_alone(model, small_config(), requests[0]).tokens());
   CHECK(engine->load().free_blocks == tight.kv_blocks);
 }
+
+TEST_CASE("long prompts over shared prefixes, arriving while others run, in a pool that holds "
+          "three of them: every one finishes, none is called unfittable") {
+  // The shape of the failure seen with `caflm worker --kv-cache-mb 1`:
+  // 700-token prompts, prefix caching on, a pool of 128 blocks of 16. Blocks
+  // only the cache holds (a finished or preempted request's prompt) must be
+  // evicted whenever a request that fits alone needs them.
+  RandomModelSpec spec = caflm::testing::small_random_spec("llama", 41);
+  spec.context_length = 1024;
+  auto model = caflm::testing::random_model(spec);
+  const std::uint32_t vocab = model->config().vocab_size;
+  std::mt19937 rng(41);
+  std::vector<std::vector<TokenId>> stems;
+  for (int i = 0; i < 3; ++i)
+    stems.push_back(random_tokens(rng, 300, vocab));
+  EngineConfig config;
+  config.scheduler.max_requests = 48;
+  config.scheduler.max_running = 16;
+  config.scheduler.max_context = 1024;
+  config.scheduler.block_size = 16;
+  config.scheduler.token_budget = 512;
+  config.kv_blocks = 128;
+  config.prefix_caching = true;
+  auto engine = make_cpu_engine(model, config);
+  std::uint64_t next_id = 0;
+  auto streams = run_until_idle(*engine, [&](int step) {
+    // Two arrivals every third step, for the first 60 steps.
+    if (step % 3 != 0 || step >= 60)
+      return;
+    for (int i = 0; i < 2; ++i) {
+      auto prompt = stems[next_id % stems.size()];
+      auto own =
+          random_tokens(rng, std::uniform_int_distribution<std::size_t>(200, 500)(rng), vocab);
+      prompt.insert(prompt.end(), own.begin(), own.end());
+      REQUIRE_FALSE(engine->add(make_request(next_id++, std::move(prompt), greedy(24))));
+    }
+  });
+  REQUIRE(streams.size() == next_id);
+  for (const auto& [id, stream] : streams) {
+    INFO("request " << id);
+    CHECK(stream.last().finish == FinishReason::Length);
+    CHECK(stream.events.size() == 24);
+  }
+}

@@ -82,7 +82,12 @@ TEST_CASE("a published block is held by producer, cache and a new request") {
   BlockId shared = rig.table.block_table(producer)[0];
   CHECK(rig.pool.refcount(shared) == 2);
 
+  // A waiting request holds no block: it attaches the cached prefix when a
+  // step starts it, so it never pins blocks that running requests need.
   std::uint32_t consumer = admit(rig.table, 2, prompt);
+  CHECK(rig.pool.refcount(shared) == 2);
+  CHECK(rig.table.block_table(consumer).empty());
+  REQUIRE(rig.step());
   CHECK(rig.pool.refcount(shared) == 3);
   CHECK(rig.table.view(consumer).cached_prompt_tokens == 8);
   REQUIRE(rig.table.finish(2));
@@ -95,9 +100,10 @@ TEST_CASE("a partial prefix hit prefills only the rest") {
   REQUIRE(rig.step());
   auto longer = prompt_of(13); // shares the two cached blocks
   std::uint32_t slot = admit(rig.table, 2, longer);
-  CHECK(rig.table.view(slot).computed == 8);
+  CHECK(rig.table.view(slot).computed == 0);
   CHECK(rig.table.view(slot).state == RequestState::Prefill);
   REQUIRE(rig.step());
+  CHECK(rig.table.view(slot).cached_prompt_tokens == 8);
   const RaggedBatchItem* item = nullptr;
   for (const auto& it : rig.backend.last_items)
     if (it.request_id == 2)
@@ -114,8 +120,12 @@ TEST_CASE("a fully cached prompt still computes its last token") {
   REQUIRE(rig.table.admit(1, prompt.data(), 8));
   REQUIRE(rig.step());
   std::uint32_t slot = admit(rig.table, 2, prompt);
-  CHECK(rig.table.view(slot).computed == 4);
   REQUIRE(rig.step());
+  // One cached block of the two: the last token's logits give the next.
+  CHECK(rig.table.view(slot).cached_prompt_tokens == 4);
+  for (const auto& item : rig.backend.last_items)
+    if (item.request_id == 2)
+      CHECK(item.position == 4);
   CHECK(rig.table.view(slot).state == RequestState::Decode);
   CHECK(rig.table.view(slot).token_count == 9);
 }
@@ -314,6 +324,53 @@ TEST_CASE("when blocks run out the newest running request is preempted, not fail
   CHECK(rig.table.view(new_slot).computed == 9);
   CHECK(rig.table.view(new_slot).token_count == 10);
   CHECK(std::equal(newest_tokens.begin(), newest_tokens.end(), rig.table.tokens(new_slot)));
+}
+
+TEST_CASE("a preempted request's cached blocks are evicted for the request that needs them") {
+  // A (older) and V each hold only published blocks and fill the pool. When A
+  // needs one more block, V is preempted: its blocks stay in the prefix cache
+  // and nothing is freed, so the planner must evict them before it looks for
+  // another victim. Otherwise A, running alone and fitting easily, would be
+  // reported unfittable.
+  SchedulerConfig cfg = small_config();
+  cfg.max_context = 32;
+  SchedulerRig rig(cfg, 8);
+  std::uint32_t a = admit(rig.table, 1, prompt_of(15)); // 4 blocks, 3 of them full
+  REQUIRE(rig.step());
+  std::uint32_t v = admit(rig.table, 2, prompt_of(16, 40)); // 4 more, all full: the pool is full
+  REQUIRE(rig.step());
+  CHECK(rig.pool.free_count() == 0);
+  REQUIRE(rig.step()); // A's position 16 needs a fifth block
+  CHECK(rig.plan.unfittable_count == 0);
+  REQUIRE(rig.plan.preempted_count == 1);
+  CHECK(rig.plan.preempted[0] == v);
+  CHECK(rig.table.view(a).computed == 17);
+  CHECK(rig.table.view(v).token_count == 17); // V keeps its tokens, to recompute
+}
+
+TEST_CASE("waiting requests hold no blocks, so cached blocks they would reuse never block a "
+          "running request") {
+  SchedulerConfig cfg = small_config();
+  cfg.max_context = 32;
+  cfg.max_running = 1;
+  SchedulerRig rig(cfg, 8);
+  admit(rig.table, 1, prompt_of(16)); // 4 full blocks, published
+  REQUIRE(rig.step());
+  REQUIRE(rig.table.finish(1)); // its blocks stay cached, evictable
+  // The next request needs all 8 blocks; two that share the cached prompt
+  // arrive after it and wait (one runs at a time). Holding the cached
+  // blocks from admission, they would keep it from ever starting.
+  std::uint32_t runner = admit(rig.table, 2, prompt_of(30, 100));
+  admit(rig.table, 3, prompt_of(17));
+  admit(rig.table, 4, prompt_of(18));
+  CHECK(rig.table.block_table(rig.table.find(3)).empty());
+  CHECK(rig.table.block_table(rig.table.find(4)).empty());
+  REQUIRE(rig.step());
+  CHECK(rig.plan.unfittable_count == 0);
+  CHECK(rig.table.view(runner).computed == 30);
+  REQUIRE(rig.table.finish(2));
+  REQUIRE(rig.step());
+  CHECK(rig.table.view(rig.table.find(3)).computed == 17);
 }
 
 TEST_CASE("a request that cannot fit even alone is reported, not retried forever") {

@@ -91,10 +91,10 @@ RequestTable::admit(std::uint64_t request_id, const TokenId* prompt, std::uint32
   s.prompt_length = prompt_length;
   s.token_count = prompt_length;
   s.computed = 0;
+  s.cached_prompt_tokens = 0;
+  s.started = false;
   std::copy(prompt, prompt + prompt_length, slot_tokens(slot));
   ++active_;
-  attach_cached_prefix(slot);
-  s.cached_prompt_tokens = s.computed;
   return slot;
 }
 
@@ -131,6 +131,7 @@ Expected<std::uint32_t, SchedulerError> RequestTable::fork(std::uint64_t parent_
   child.token_count = source.token_count;
   child.computed = source.computed;
   child.cached_prompt_tokens = source.cached_prompt_tokens;
+  child.started = true;
   std::copy_n(tokens(parent), source.token_count, slot_tokens(slot));
   ++active_;
   ++running_;
@@ -156,6 +157,10 @@ void RequestTable::start(std::uint32_t slot) {
   s.running = true;
   ++running_;
   attach_cached_prefix(slot);
+  if (!s.started) {
+    s.cached_prompt_tokens = std::min(s.computed, s.prompt_length);
+    s.started = true;
+  }
 }
 
 std::uint32_t RequestTable::pending_tokens(std::uint32_t slot) const {

@@ -53,7 +53,7 @@ struct RequestView {
   std::uint32_t token_count;
   /// Tokens whose KV is in the cache.
   std::uint32_t computed;
-  /// Prompt tokens found in the prefix cache when the request first ran.
+  /// Prompt tokens found in the prefix cache when the request first started.
   std::uint32_t cached_prompt_tokens;
   std::uint64_t arrival;
 };
@@ -86,8 +86,8 @@ class RequestTable {
   std::uint32_t active_count() const { return active_; }
   std::uint32_t running_count() const { return running_; }
 
-  /// Takes a free slot for `request_id` with the given prompt and attaches
-  /// the longest cached prefix. The request waits until a step starts it.
+  /// Takes a free slot for `request_id` with the given prompt. The request
+  /// waits, holding no KV block, until a step starts it.
   Expected<std::uint32_t, SchedulerError> admit(std::uint64_t request_id, const TokenId* prompt,
                                                 std::uint32_t prompt_length);
 
@@ -117,8 +117,9 @@ class RequestTable {
   /// recomputes its tokens when it runs again.
   Expected<void, SchedulerError> preempt(std::uint32_t slot);
 
-  /// Marks a waiting request as running, re-attaching a cached prefix if it
-  /// lost its blocks to preemption.
+  /// Marks a waiting request as running and attaches the longest cached
+  /// prefix of its tokens (again, after a preemption). Waiting requests hold
+  /// no blocks, so they never pin cached blocks that running ones need.
   void start(std::uint32_t slot);
 
   /// Tokens `slot` could compute now: all known tokens not yet in the
@@ -155,6 +156,8 @@ class RequestTable {
     bool running = false;
     bool awaiting_token = false;
     bool prompt_published = false;
+    /// Ran at least once; its cached prompt tokens are counted.
+    bool started = false;
     std::uint32_t prompt_length = 0;
     std::uint32_t token_count = 0;
     std::uint32_t computed = 0;

@@ -66,16 +66,26 @@ void StepPlanner::plan(RequestTable& table, StepPlan& plan) {
 bool StepPlanner::reserve(RequestTable& table, StepPlan& plan, std::uint32_t slot,
                           std::uint32_t tokens, bool may_preempt) {
   BlockPool& pool = table.pool();
+  PrefixCache* cache = table.prefix_cache();
   const std::uint32_t demand = table.block_demand(slot, tokens);
-  auto available = [&] { return pool.free_count() - reserved_; };
-  if (demand > available() && table.prefix_cache() != nullptr)
-    table.prefix_cache()->evict(demand - available(), pool);
-  while (demand > available()) {
+  auto shortfall = [&] {
+    const std::uint32_t available = pool.free_count() - reserved_;
+    return demand > available ? demand - available : 0;
+  };
+  for (;;) {
+    // Blocks that only the cache holds go first. A preemption can leave more
+    // of them behind (a victim's blocks that the cache also holds), so this
+    // runs again after every one.
+    if (shortfall() > 0 && cache != nullptr)
+      cache->evict(shortfall(), pool);
+    if (shortfall() == 0)
+      break;
     if (!may_preempt)
       return false;
     std::uint32_t victim = newest_running(table);
     if (victim == slot && table.running_count() == 1) {
-      // Alone and still too big: no preemption can ever make it fit.
+      // Alone, with every evictable block evicted: only its own blocks are
+      // held, so no preemption can ever make it fit.
       plan.unfittable[plan.unfittable_count++] = slot;
       (void)table.preempt(slot);
       return false;

@@ -32,8 +32,10 @@ struct StepPlan {
 /// Decides each step under a token budget: decodes first (oldest first),
 /// then prefill chunks of running requests, then waiting requests start
 /// while fewer than `max_running` run. When blocks run short it evicts
-/// prefix-cache blocks, then preempts the newest running request: a request
-/// is re-queued for recompute, never failed for lack of blocks.
+/// blocks only the prefix cache holds, then preempts the newest running
+/// request, and evicts again after each preemption: a request is re-queued
+/// for recompute, never failed for lack of blocks. Only a request that
+/// cannot fit in the pool even alone is reported unfittable.
 class StepPlanner {
  public:
   explicit StepPlanner(const SchedulerConfig& config);
