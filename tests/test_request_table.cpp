@@ -243,6 +243,37 @@ TEST_CASE("a request with no input token is skipped, not fatal to the step") {
   CHECK(rig.table.append_token(a, 3).error() == SchedulerError::NotAwaitingToken);
 }
 
+TEST_CASE("lowering a step is all or nothing: a failure undoes the copies it set up") {
+  // A fork of a request in mid-prefill shares its partial page. The child's
+  // next chunk copies that page (the pool's last free block), then needs a
+  // fresh page and finds none. The copy must be undone: otherwise the
+  // child's table points at a block the backend never filled, and its KV is
+  // silently wrong from then on.
+  SchedulerConfig cfg = small_config();
+  cfg.token_budget = 6;
+  SchedulerRig rig(cfg, 3, /*with_cache=*/false);
+  admit(rig.table, 1, prompt_of(13));
+  REQUIRE(rig.step()); // positions 0-5: a full page and a partial one
+  auto child = rig.table.fork(1, 2);
+  REQUIRE(child);
+  const std::vector<BlockId> pages(rig.table.block_table(*child).blocks(),
+                                   rig.table.block_table(*child).blocks() + 2);
+  const auto counts = refcounts(rig.pool);
+  const RequestView before = rig.table.view(*child);
+
+  PlannedItem item{*child, 6}; // positions 6-11: pages 1 (shared) and 2
+  auto lowered = rig.table.lower(&item, 1, rig.buffers);
+  REQUIRE_FALSE(lowered);
+  CHECK(lowered.error() == SchedulerError::Kv);
+  CHECK(rig.table.block_table(*child).page_count() == 2);
+  CHECK(std::equal(pages.begin(), pages.end(), rig.table.block_table(*child).blocks()));
+  CHECK(refcounts(rig.pool) == counts);
+  CHECK(rig.pool.free_count() == 1);
+  CHECK(same_view(rig.table.view(*child), before));
+  CHECK(rig.buffers.item_count == 0);
+  CHECK(rig.buffers.copy_count == 0);
+}
+
 TEST_CASE("copy-on-write is enforced before a forked sequence writes") {
   SchedulerRig rig(small_config(), 32);
   std::uint32_t parent = admit(rig.table, 1, prompt_of(6));

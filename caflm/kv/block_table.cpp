@@ -30,6 +30,24 @@ Expected<CopyOnWrite, KvError> BlockTable::ensure_writable(std::uint32_t page, B
   return CopyOnWrite{CopyOnWrite::Kind::Copy, *copy, current};
 }
 
+void BlockTable::revert_writable(std::uint32_t page, const CopyOnWrite& change, BlockPool& pool) {
+  switch (change.kind) {
+  case CopyOnWrite::Kind::Allocated:
+    // Newest first: the appended page is the last one.
+    --page_count_;
+    (void)pool.release(change.block);
+    return;
+  case CopyOnWrite::Kind::Copy:
+    // The source kept its other holders, so it is still allocated.
+    (void)pool.retain(change.source);
+    (void)pool.release(change.block);
+    pages_[page] = change.source;
+    return;
+  case CopyOnWrite::Kind::Existing:
+    return;
+  }
+}
+
 Expected<void, KvError> BlockTable::install_prefix(const BlockId* blocks, std::uint32_t count,
                                                    BlockPool& pool) {
   if (!empty())

@@ -47,6 +47,11 @@ class BlockTable {
   /// replaces a shared block by a private copy, or keeps a private one.
   Expected<CopyOnWrite, KvError> ensure_writable(std::uint32_t page, BlockPool& pool);
 
+  /// Undoes what `ensure_writable(page)` returned as `change`: drops an
+  /// appended page, or puts a copied page's shared source back. Changes must
+  /// be undone newest first; then table and pool are as they were before.
+  void revert_writable(std::uint32_t page, const CopyOnWrite& change, BlockPool& pool);
+
   /// Attaches `count` shared blocks (a cached prefix) to an empty table,
   /// taking a reference to each; all of them or none.
   Expected<void, KvError> install_prefix(const BlockId* blocks, std::uint32_t count,

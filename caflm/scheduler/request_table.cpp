@@ -35,7 +35,8 @@ RequestTable::RequestTable(const SchedulerConfig& config, BlockPool& pool, Prefi
   , pool_(pool)
   , cache_(cache)
   , tokens_(static_cast<std::size_t>(config.max_requests) * config.max_context)
-  , prefix_scratch_(config.max_pages()) {
+  , prefix_scratch_(config.max_pages())
+  , page_writes_(static_cast<std::size_t>(config.max_requests) * config.max_pages()) {
   slots_.reserve(config.max_requests);
   for (std::uint32_t i = 0; i < config.max_requests; ++i)
     slots_.emplace_back(config.max_pages());
@@ -242,25 +243,37 @@ void RequestTable::publish(std::uint32_t slot) {
 Expected<void, SchedulerError> RequestTable::lower(const PlannedItem* plan, std::uint32_t count,
                                                    RaggedBatchBuffers& buffers) {
   buffers.clear();
+  std::uint32_t writes = 0;
+  // All or nothing: a failure undoes every page this call made writable, so
+  // no table is left pointing at a copy the backend never filled.
+  auto fail = [&](SchedulerError error) {
+    while (writes > 0) {
+      const PageWrite& write = page_writes_[--writes];
+      slots_[write.slot].blocks.revert_writable(write.page, write.change, pool_);
+    }
+    buffers.clear();
+    return error;
+  };
   if (count > buffers.items.size())
-    return SchedulerError::Full;
+    return fail(SchedulerError::Full);
   const std::uint32_t block_size = config_.block_size;
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::uint32_t slot = plan[i].slot;
     const std::uint32_t query_length = plan[i].tokens;
     Slot& s = slots_[slot];
     if (query_length == 0 || query_length > pending_tokens(slot))
-      return SchedulerError::UnknownRequest;
+      return fail(SchedulerError::UnknownRequest);
     const std::uint32_t first_page = s.computed / block_size;
     const std::uint32_t page_count = (s.computed + query_length + block_size - 1) / block_size;
     if (buffers.token_count + query_length > buffers.tokens.size() ||
         buffers.block_table_size + page_count > buffers.block_tables.size())
-      return SchedulerError::Full;
+      return fail(SchedulerError::Full);
     // Copy-on-write before every write: no step writes a shared block.
     for (std::uint32_t page = first_page; page < page_count; ++page) {
       auto writable = s.blocks.ensure_writable(page, pool_);
       if (!writable)
-        return SchedulerError::Kv;
+        return fail(SchedulerError::Kv);
+      page_writes_[writes++] = PageWrite{slot, page, *writable};
       if (writable->kind == CopyOnWrite::Kind::Copy)
         buffers.copies[buffers.copy_count++] = BlockCopy{writable->source, writable->block};
     }

@@ -131,7 +131,8 @@ class RequestTable {
 
   /// Writes the planned items, in slot order, into `buffers`: tokens,
   /// concatenated block tables, and the copies that copy-on-write requires.
-  /// `plan` must be sorted by slot.
+  /// `plan` must be sorted by slot. All or nothing: on failure every table
+  /// and the pool are as they were, and `buffers` is empty.
   Expected<void, SchedulerError> lower(const PlannedItem* plan, std::uint32_t count,
                                        RaggedBatchBuffers& buffers);
 
@@ -165,6 +166,13 @@ class RequestTable {
     BlockTable blocks;
   };
 
+  /// A page that `lower` made writable, to undo if the step cannot be built.
+  struct PageWrite {
+    std::uint32_t slot;
+    std::uint32_t page;
+    CopyOnWrite change;
+  };
+
   TokenId* slot_tokens(std::uint32_t slot);
   std::uint32_t free_slot() const;
   void attach_cached_prefix(std::uint32_t slot);
@@ -177,6 +185,7 @@ class RequestTable {
   std::vector<Slot> slots_;
   std::vector<TokenId> tokens_;         // [max_requests, max_context]
   std::vector<BlockId> prefix_scratch_; // [max_pages]
+  std::vector<PageWrite> page_writes_;  // [max_requests * max_pages]
   std::uint32_t active_ = 0;
   std::uint32_t running_ = 0;
   std::uint64_t next_arrival_ = 0;
