@@ -67,7 +67,8 @@ GenerateRequest parse_request_line(const std::string& line, const SamplingParams
     p.top_p = j.value("top_p", p.top_p);
     p.top_k = j.value("top_k", p.top_k);
     p.min_p = j.value("min_p", p.min_p);
-    p.seed = j.value("seed", p.seed);
+    if (j.contains("seed"))
+      p.seed = j["seed"].get<std::uint64_t>();
     p.ignore_eos = j.value("ignore_eos", p.ignore_eos);
     if (j.contains("stop"))
       p.stop = j["stop"].is_string() ? std::vector<std::string>{j["stop"].get<std::string>()}
@@ -202,7 +203,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--repeat-penalty", p.repetition_penalty, "Repetition penalty (1: off)");
   cmd->add_option("--presence-penalty", p.presence_penalty, "Presence penalty");
   cmd->add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty");
-  cmd->add_option("--seed", p.seed, "Sampling seed");
+  cmd->add_option_function<std::uint64_t>(
+      "--seed", [options](std::uint64_t seed) { options->params.seed = seed; },
+      "Sampling seed (default: a random one)");
   cmd->add_option("--stop", p.stop, "Stop string (repeatable); it is not printed");
   cmd->add_flag("--ignore-eos", p.ignore_eos, "Never stop at end-of-sequence");
   cmd->add_option("--top-logprobs", p.top_logprobs, "Report the k most likely tokens per step");

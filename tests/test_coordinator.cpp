@@ -32,13 +32,13 @@ engine_core_actor::behavior_type stand_in_engine(engine_core_actor::pointer,
                                                  std::shared_ptr<EngineLog> log) {
   return {
       [](add_atom, const GenerateRequest& request, const token_sink&) {
-        return Admission{request.id, true, {}};
+        return Admission{request.id, request.attempt, true, InferenceError{}};
       },
       [log](get_load_atom) {
         ++log->polls;
         return log->load;
       },
-      [](cancel_atom, std::uint64_t) {},
+      [](cancel_atom, const token_sink&, std::uint64_t, std::uint32_t) {},
   };
 }
 
@@ -97,12 +97,15 @@ struct CoordinatorFixture {
     sched.run();
   }
 
-  /// Asks for an engine for `hash`; returns its index in `engines`, or -1
-  /// for an invalid handle.
-  int route(std::uint64_t hash) {
+  /// Asks for an engine for `hash`, avoiding `avoid` (an index in
+  /// `engines`, or -1 for none); returns its index in `engines`, or -1 for
+  /// an invalid handle.
+  int route(std::uint64_t hash, int avoid = -1) {
     auto answer = std::make_shared<std::optional<engine_core_actor>>();
+    engine_core_actor avoided =
+        avoid >= 0 ? engines[static_cast<std::size_t>(avoid)] : engine_core_actor{};
     sys.spawn([=, coordinator = coordinator](caf::event_based_actor* self) {
-      self->request(coordinator, caf::infinite, route_atom::value, hash)
+      self->request(coordinator, caf::infinite, route_atom::value, hash, avoided)
           .then([answer](const engine_core_actor& engine) { *answer = engine; });
     });
     sched.run();
@@ -206,6 +209,57 @@ TEST_CASE("between polls the coordinator counts what it routed") {
   CHECK(f.route(2) == 0);
 }
 
+TEST_CASE("routes made while a poll is answered stay counted until a report can cover them") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  f.logs[0]->load = load_of(0, 0);
+  f.logs[1]->load = load_of(4, 0);
+  f.poll();
+  // The next poll goes out; before the engines answer, four requests are
+  // routed, all to the idle engine. Those answers were written before the
+  // four arrived, so they cannot reflect them: the four must stay counted.
+  f.sched.advance_time(f.config.poll_interval);
+  f.sched.run_once(); // the coordinator sends its get_load requests
+  for (int i = 0; i < 4; ++i) {
+    auto answer = std::make_shared<std::optional<engine_core_actor>>();
+    auto router = f.sys.spawn([=, coordinator = f.coordinator](caf::event_based_actor* self) {
+      self->request(coordinator, caf::infinite, route_atom::value, std::uint64_t(500 + i),
+                    engine_core_actor{})
+          .then([answer](const engine_core_actor& engine) { *answer = engine; });
+    });
+    f.sched.prioritize(router);
+    f.sched.run_once(); // the router asks
+    f.sched.prioritize(f.coordinator);
+    f.sched.run_once(); // the coordinator routes, ahead of the load answers
+    f.sched.prioritize(router);
+    f.sched.run_once(); // the router takes its answer
+    REQUIRE(answer->has_value());
+    CHECK(**answer == f.engines[0]);
+  }
+  f.sched.run(); // now the answers: 0 and 4 running, as before
+  // Idle engine: 0 reported + 4 routed since; the other 4: a tie.
+  CHECK(f.burst(2) == std::map<int, int>{{0, 1}, {1, 1}});
+  // A poll sent after those routes covers them.
+  f.poll();
+  CHECK(f.burst(4) == std::map<int, int>{{0, 4}});
+}
+
+TEST_CASE("route avoids the engine a request just failed on, unless it is the only one") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  f.poll();
+  for (int i = 0; i < 4; ++i) {
+    CHECK(f.route(static_cast<std::uint64_t>(i), 0) == 1);
+    f.poll();
+  }
+  // Even where the prefix lives.
+  const int home = f.route(77);
+  f.poll();
+  CHECK(f.route(77, home) == 1 - home);
+  f.deregister_engine(f.engines[1]);
+  CHECK(f.route(5, 0) == 0);
+}
+
 TEST_CASE("a request goes where its prefix went while loads are within the margin") {
   CoordinatorFixture f;
   f.add_engines(2);
@@ -280,7 +334,7 @@ dp_coordinator_actor::behavior_type
 recording_coordinator(dp_coordinator_actor::pointer,
                       std::shared_ptr<std::vector<std::uint64_t>> hashes) {
   return {
-      [hashes](route_atom, std::uint64_t hash) {
+      [hashes](route_atom, std::uint64_t hash, const engine_core_actor&) {
         hashes->push_back(hash);
         return engine_core_actor{};
       },

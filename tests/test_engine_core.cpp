@@ -26,13 +26,15 @@ using caflm::testing::make_fake_engine;
 
 namespace {
 
-/// What the stand-in worker was handed.
+/// What the stand-in worker was handed, by the requests' own ids (every
+/// request of these tests has a distinct id).
 struct WorkerLog {
   /// The core, so the test can report `done` as the real worker does.
   engine_core_internal_actor core;
   /// Request ids in the order the worker received them.
   std::vector<std::uint64_t> added;
-  /// Each added request's sink.
+  /// The engine's id for each request, and each added request's sink.
+  std::map<std::uint64_t, std::uint64_t> engine_ids;
   std::map<std::uint64_t, token_sink> sinks;
   /// Added and not yet reported done.
   std::set<std::uint64_t> running;
@@ -41,12 +43,18 @@ struct WorkerLog {
 
 worker_actor::behavior_type stand_in_worker(worker_actor::pointer, std::shared_ptr<WorkerLog> log) {
   return {
-      [log](add_atom, const GenerateRequest& request, const token_sink& sink) {
+      [log](add_atom, std::uint64_t engine_id, const GenerateRequest& request,
+            const token_sink& sink) {
         log->added.push_back(request.id);
+        log->engine_ids[request.id] = engine_id;
         log->sinks[request.id] = sink;
         log->running.insert(request.id);
       },
-      [log](cancel_atom, std::uint64_t id) { log->cancelled.push_back(id); },
+      [log](cancel_atom, std::uint64_t engine_id) {
+        for (const auto& [id, engine] : log->engine_ids)
+          if (engine == engine_id)
+            log->cancelled.push_back(id);
+      },
       [](step_atom) {},
   };
 }
@@ -124,17 +132,33 @@ struct CoreFixture {
     return deterministic(c);
   }
 
-  /// Submits `request` with a fresh recording sink; returns the admission.
-  Admission add(GenerateRequest request) {
+  /// A fresh recording sink for request `id`.
+  token_sink new_sink(std::uint64_t id) {
     auto log = std::make_shared<SinkLog>();
     auto sink = sys.spawn(recording_sink, log);
     sinks.push_back(sink);
-    sink_logs[request.id] = log;
+    sink_logs[id] = log;
+    sink_of[id] = sink;
+    return sink;
+  }
+
+  /// Sends `request` to the core from a new actor, without running the
+  /// scheduler; the admission appears once the test runs it.
+  std::shared_ptr<std::optional<Admission>> send_add(GenerateRequest request, token_sink sink) {
     auto admission = std::make_shared<std::optional<Admission>>();
     sys.spawn([=, core = core](caf::event_based_actor* self) {
       self->request(core, caf::infinite, add_atom::value, request, sink)
           .then([admission](const Admission& answer) { *admission = answer; });
     });
+    return admission;
+  }
+
+  /// Submits `request` with a fresh recording sink (or `sink`); returns the
+  /// admission.
+  Admission add(GenerateRequest request, token_sink sink = {}) {
+    if (!sink)
+      sink = new_sink(request.id);
+    auto admission = send_add(std::move(request), std::move(sink));
     sched.run();
     REQUIRE(admission->has_value());
     return **admission;
@@ -151,16 +175,20 @@ struct CoreFixture {
     return **report;
   }
 
-  void cancel(std::uint64_t id) {
-    caf::anon_send(core, cancel_atom::value, id);
+  /// Cancels request `id` (attempt 0) as its sink names it.
+  void cancel(std::uint64_t id, std::uint32_t attempt = 0) {
+    caf::anon_send(core, cancel_atom::value, sink_of[id], id, attempt);
     sched.run();
   }
 
   /// Reports `ids` finished, as the worker does after their last chunk.
   void finish(std::vector<std::uint64_t> ids, LoadReport kv = idle_kv()) {
-    for (std::uint64_t id : ids)
+    std::vector<std::uint64_t> engine_ids;
+    for (std::uint64_t id : ids) {
       worker->running.erase(id);
-    caf::anon_send(worker->core, done_atom::value, std::move(ids), kv);
+      engine_ids.push_back(worker->engine_ids.at(id));
+    }
+    caf::anon_send(worker->core, done_atom::value, std::move(engine_ids), kv);
     sched.run();
   }
 
@@ -172,6 +200,7 @@ struct CoreFixture {
   engine_core_actor core;
   std::vector<token_sink> sinks;
   std::map<std::uint64_t, std::shared_ptr<SinkLog>> sink_logs;
+  std::map<std::uint64_t, token_sink> sink_of;
 };
 
 } // namespace
@@ -222,8 +251,8 @@ TEST_CASE("backpressure starts at exactly the queue's capacity") {
   CHECK(f.add(make_request(++id)).error.code == InferenceErrorCode::backpressure);
 
   // Refused requests never reach the worker.
-  for (std::uint64_t i = 2; i <= id; ++i)
-    f.finish({i});
+  while (!f.worker->running.empty())
+    f.finish({*f.worker->running.begin()});
   CHECK(f.worker->added == std::vector<std::uint64_t>{1, 2, 3, 4, 5, 7});
 }
 
@@ -372,12 +401,13 @@ TEST_CASE("bad requests are refused with a reason and the engine keeps serving")
     request.prompt_tokens.assign(fake_config().scheduler.max_context, 65);
     code = InferenceErrorCode::context_length_exceeded;
   }
-  SECTION("an id already in use") {
-    REQUIRE(f.add(make_request(10)).accepted);
+  token_sink sink = f.new_sink(10);
+  SECTION("an id and attempt already in use by the same sink") {
+    REQUIRE(f.add(make_request(10), sink).accepted);
     f.worker->added.clear();
   }
 
-  Admission refused = f.add(request);
+  Admission refused = f.add(request, sink);
   CHECK_FALSE(refused.accepted);
   CHECK(refused.request_id == 10);
   CHECK(refused.error.request_id == 10);
@@ -550,7 +580,7 @@ TEST_CASE("cancelling a running request frees its KV blocks") {
   CHECK(busy.total_blocks == config.kv_blocks);
   REQUIRE(busy.free_blocks < busy.total_blocks);
 
-  f.self->send(core, cancel_atom::value, std::uint64_t{7});
+  f.self->send(core, cancel_atom::value, f.as_sink(), std::uint64_t{7}, std::uint32_t{0});
   const std::vector<TokenChunk> chunks = f.receive_until_finish();
   CHECK(chunks.back().request_id == 7);
   CHECK(chunks.back().finish == FinishReason::Cancelled);

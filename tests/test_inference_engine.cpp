@@ -558,8 +558,8 @@ TEST_CASE("cancel ends requests at once and returns all their blocks") {
   CHECK(engine->load().free_blocks == start.free_blocks);
 }
 
-TEST_CASE("running out of KV blocks preempts without changing tokens; a request that never fits "
-          "ends with an error") {
+TEST_CASE("running out of KV blocks preempts without changing tokens; a request that cannot fit "
+          "the pool is refused") {
   auto model = small_random_model();
   const std::uint32_t vocab = model->config().vocab_size;
   std::mt19937 rng(9);
@@ -585,14 +585,17 @@ TEST_CASE("running out of KV blocks preempts without changing tokens; a request 
   }
   CHECK(engine->load().free_blocks == tight.kv_blocks);
 
-  // 100 prompt tokens need 13 blocks: never, even alone. It ends with an
-  // error at once; a request beside it is unaffected.
-  REQUIRE_FALSE(engine->add(make_request(10, random_tokens(rng, 100, vocab), greedy(4))));
+  // The pool holds 96 tokens, less than the configured context of 128: the
+  // engine's context is what the pool holds, so a sequence it accepts always
+  // fits alone. 100 prompt tokens are refused at once, with a reason, and a
+  // request beside it is unaffected.
+  CHECK(engine->max_context() == 96);
+  auto refused = engine->add(make_request(10, random_tokens(rng, 100, vocab), greedy(4)));
+  REQUIRE(refused);
+  CHECK(*refused == AddError::ContextLengthExceeded);
   REQUIRE_FALSE(engine->add(requests[0]));
   streams = run_until_idle(*engine);
-  REQUIRE(streams[10].events.size() == 1);
-  CHECK(streams[10].last().finish == FinishReason::Error);
-  CHECK(streams[10].last().completion_tokens == 0);
+  CHECK(streams.count(10) == 0);
   CHECK(streams[0].tokens() == run_alone(model, small_config(), requests[0]).tokens());
   CHECK(engine->load().free_blocks == tight.kv_blocks);
 }

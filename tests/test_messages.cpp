@@ -72,15 +72,25 @@ bool same(const SamplingParams& a, const SamplingParams& b) {
 
 } // namespace
 
-TEST_CASE_METHOD(Fixture, "SamplingParams round-trips") {
+TEST_CASE_METHOD(Fixture, "SamplingParams round-trips, with and without a seed") {
   auto [direct, wrapped] = round_trip(unusual_params());
   CHECK(same(direct, unusual_params()));
   CHECK(same(wrapped, unusual_params()));
+  SamplingParams unseeded = unusual_params();
+  unseeded.seed.reset();
+  auto [direct_unseeded, wrapped_unseeded] = round_trip(unseeded);
+  CHECK_FALSE(direct_unseeded.seed.has_value());
+  CHECK_FALSE(wrapped_unseeded.seed.has_value());
+  // Seed 0 is a seed like any other, not "none".
+  SamplingParams zero = unusual_params();
+  zero.seed = 0;
+  CHECK(round_trip(zero).first.seed == std::optional<std::uint64_t>(0));
 }
 
 TEST_CASE_METHOD(Fixture, "GenerateRequest round-trips") {
   GenerateRequest r;
   r.id = 42;
+  r.attempt = 3;
   r.prompt = "Grüße, 世界";
   r.prompt_tokens = {1, 2, 3};
   r.params = unusual_params();
@@ -88,6 +98,7 @@ TEST_CASE_METHOD(Fixture, "GenerateRequest round-trips") {
   r.generated = {9, 8};
   for (const auto& x : {round_trip(r).first, round_trip(r).second}) {
     CHECK(x.id == 42);
+    CHECK(x.attempt == 3);
     CHECK(x.prompt == r.prompt);
     CHECK(x.prompt_tokens == r.prompt_tokens);
     CHECK(same(x.params, r.params));
@@ -99,6 +110,8 @@ TEST_CASE_METHOD(Fixture, "GenerateRequest round-trips") {
 TEST_CASE_METHOD(Fixture, "TokenBatch with chunks round-trips") {
   TokenChunk c;
   c.request_id = 7;
+  c.attempt = 2;
+  c.first_token = 40;
   c.prompt_tokens = {1, 5};
   c.tokens = {10, 11};
   c.text = "hé";
@@ -111,6 +124,8 @@ TEST_CASE_METHOD(Fixture, "TokenBatch with chunks round-trips") {
     REQUIRE(x.chunks.size() == 2);
     const TokenChunk& y = x.chunks[0];
     CHECK(y.request_id == 7);
+    CHECK(y.attempt == 2);
+    CHECK(y.first_token == 40);
     CHECK(y.prompt_tokens == c.prompt_tokens);
     CHECK(y.tokens == c.tokens);
     CHECK(y.text == c.text);
@@ -125,15 +140,17 @@ TEST_CASE_METHOD(Fixture, "TokenBatch with chunks round-trips") {
 }
 
 TEST_CASE_METHOD(Fixture, "InferenceError, Admission and LoadReport round-trip") {
-  InferenceError e{5, InferenceErrorCode::context_length_exceeded, "prompt of 9000 tokens"};
+  InferenceError e{5, 1, InferenceErrorCode::context_length_exceeded, "prompt of 9000 tokens"};
   for (const auto& x : {round_trip(e).first, round_trip(e).second}) {
     CHECK(x.request_id == 5);
+    CHECK(x.attempt == 1);
     CHECK(x.code == InferenceErrorCode::context_length_exceeded);
     CHECK(x.message == e.message);
   }
-  Admission a{6, false, InferenceError{6, InferenceErrorCode::backpressure, "queue full"}};
+  Admission a{6, 4, false, InferenceError{6, 4, InferenceErrorCode::backpressure, "queue full"}};
   for (const auto& x : {round_trip(a).first, round_trip(a).second}) {
     CHECK(x.request_id == 6);
+    CHECK(x.attempt == 4);
     CHECK_FALSE(x.accepted);
     CHECK(x.error.code == InferenceErrorCode::backpressure);
   }

@@ -137,7 +137,7 @@ TokenId reference_draw(const std::vector<float>& logits, const SamplingParams& p
   double total = 0.0;
   for (const auto& candidate : kept)
     total += std::exp((candidate.first - max_logit) * inverse_temperature);
-  const double target = static_cast<double>(counter_uniform(params.seed, step)) * total;
+  const double target = static_cast<double>(counter_uniform(params.seed.value_or(0), step)) * total;
   double cumulative = 0.0;
   for (const auto& candidate : kept) {
     cumulative += std::exp((candidate.first - max_logit) * inverse_temperature);

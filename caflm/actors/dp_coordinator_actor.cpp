@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <unordered_set>
 #include <xxhash.h>
 
 #include <caf/all.hpp>
+
+#include "caflm/engine/log.hpp"
 
 namespace caflm {
 
@@ -14,13 +17,18 @@ namespace {
 struct EngineEntry {
   engine_core_actor engine;
   LoadReport load;
-  /// Requests routed here since the last poll answered.
-  std::uint32_t routed_since_poll = 0;
+  /// Requests ever routed here, and how many of them the last load report
+  /// can reflect: those routed before the poll it answered was sent. The
+  /// difference counts optimistically until a later report covers it.
+  std::uint64_t routed = 0;
+  std::uint64_t routed_in_load = 0;
   /// Recent prompt-prefix hashes, oldest first, bounded.
   std::deque<std::uint64_t> prefix_order;
   std::unordered_set<std::uint64_t> prefixes;
 
-  double score() const { return 4.0 * load.waiting + load.running + routed_since_poll; }
+  double score() const {
+    return load_score(load.running, load.waiting) + static_cast<double>(routed - routed_in_load);
+  }
 
   void remember(std::uint64_t hash, std::uint32_t capacity) {
     if (!prefixes.insert(hash).second)
@@ -54,13 +62,16 @@ std::vector<EngineEntry>::iterator find(CoordinatorState& st, const caf::actor_a
 void poll(coordinator_pointer self) {
   for (const EngineEntry& entry : self->state.engines) {
     engine_core_actor engine = entry.engine;
+    // Routes made from now on may reach the engine after it answers: they
+    // stay counted on top of this report.
+    const std::uint64_t routed_before = entry.routed;
     self->request(engine, std::chrono::seconds(2), get_load_atom::value)
         .then(
-            [self, engine](const LoadReport& report) {
+            [self, engine, routed_before](const LoadReport& report) {
               auto it = find(self->state, engine.address());
               if (it != self->state.engines.end()) {
                 it->load = report;
-                it->routed_since_poll = 0;
+                it->routed_in_load = std::max(it->routed_in_load, routed_before);
               }
             },
             [](const caf::error&) {
@@ -71,29 +82,35 @@ void poll(coordinator_pointer self) {
   self->delayed_send(self, self->state.config.poll_interval, poll_atom::value);
 }
 
-engine_core_actor route(CoordinatorState& st, std::uint64_t hash) {
+engine_core_actor route(CoordinatorState& st, std::uint64_t hash, const engine_core_actor& avoid) {
   if (st.engines.empty())
     return {};
-  double best = st.engines.front().score();
+  // An engine that just failed the request is skipped while any other is
+  // registered.
+  auto eligible = [&](const EngineEntry& e) {
+    return st.engines.size() == 1 || !avoid || e.engine != avoid;
+  };
+  double best = std::numeric_limits<double>::infinity();
   for (const EngineEntry& e : st.engines)
-    best = std::min(best, e.score());
+    if (eligible(e))
+      best = std::min(best, e.score());
   // Round robin over the least loaded, unless an engine within the margin
   // already holds this prefix.
   const std::size_t n = st.engines.size();
   EngineEntry* chosen = nullptr;
   for (std::size_t i = 0; i < n && chosen == nullptr; ++i) {
     EngineEntry& e = st.engines[(st.round_robin + i) % n];
-    if (e.score() <= best + st.config.affinity_margin && e.prefixes.count(hash) != 0)
+    if (eligible(e) && e.score() <= best + st.config.affinity_margin && e.prefixes.count(hash) != 0)
       chosen = &e;
   }
   for (std::size_t i = 0; i < n && chosen == nullptr; ++i) {
     EngineEntry& e = st.engines[(st.round_robin + i) % n];
-    if (e.score() <= best)
+    if (eligible(e) && e.score() <= best)
       chosen = &e;
   }
   st.round_robin = (st.round_robin + 1) % n;
   chosen->remember(hash, st.config.prefix_memory);
-  ++chosen->routed_since_poll;
+  ++chosen->routed;
   ++st.routed;
   return chosen->engine;
 }
@@ -102,13 +119,16 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self, Coordinat
   self->state.config = config;
   self->set_down_handler([self](const caf::down_msg& down) {
     auto it = find(self->state, down.source);
-    if (it != self->state.engines.end())
-      self->state.engines.erase(it);
+    if (it == self->state.engines.end())
+      return;
+    self->state.engines.erase(it);
+    log(LogLevel::Warning, "coordinator lost an engine ({}); {} left",
+        self->system().render(down.reason), self->state.engines.size());
   });
   self->send(self, poll_atom::value);
   return {
-      [self](route_atom, std::uint64_t hash) -> engine_core_actor {
-        return route(self->state, hash);
+      [self](route_atom, std::uint64_t hash, const engine_core_actor& avoid) -> engine_core_actor {
+        return route(self->state, hash, avoid);
       },
       [self](register_atom, const engine_core_actor& engine) {
         if (!engine || find(self->state, engine.address()) != self->state.engines.end())

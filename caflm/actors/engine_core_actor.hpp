@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <caf/fwd.hpp>
 
@@ -23,10 +25,18 @@ struct EngineLimits {
   std::uint32_t queue_capacity = 256;
 };
 
-/// Spawns an engine core and its worker around `engine`. The core answers
-/// `add` at once (accepted, or refused with a reason), keeps a bounded
-/// queue ordered by priority then arrival, hands the worker at most
-/// `max_concurrent` requests, and answers `get_load`.
+/// Why `limits` cannot work (a zero that would admit requests that never
+/// run), or nullopt.
+std::optional<std::string> validate(const EngineLimits& limits);
+
+/// Spawns an engine core, its worker and its tokenizer around `engine`. The
+/// core refuses at once what it can (bad parameters, a full queue), has
+/// text prompts tokenized off its own mailbox and then answers `add`
+/// (accepted, or refused with a reason), keeps a bounded queue ordered by
+/// priority then arrival, drops waiting requests whose sink dies, hands the
+/// worker at most `max_concurrent` requests, and answers `get_load`
+/// promptly whatever the load. Throws std::invalid_argument for limits
+/// that `validate` refuses.
 engine_core_actor spawn_engine_core(caf::actor_system& system,
                                     std::shared_ptr<InferenceEngine> engine,
                                     const EngineLimits& limits);

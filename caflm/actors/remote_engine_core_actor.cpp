@@ -6,15 +6,29 @@
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 
+#include "caflm/actors/request_key.hpp"
+#include "caflm/engine/log.hpp"
+
 namespace caflm {
 
 namespace {
+
+/// A request forwarded to the remote engine under a ticket of the proxy's
+/// own: the proxy is its sink there (see "Request identity" in
+/// messages.hpp), so requests of different local sinks never collide.
+struct Forwarded {
+  token_sink sink;
+  /// The request's id for its local sink; its attempt is kept as is.
+  std::uint64_t id = 0;
+  std::uint32_t attempt = 0;
+};
 
 struct RemoteState {
   std::string host;
   std::uint16_t port = 0;
   dp_coordinator_actor coordinator;
   RemoteEngineOptions options;
+  engine_connector connector;
   engine_core_actor remote;
   bool connected = false;
   bool connecting = false;
@@ -22,40 +36,72 @@ struct RemoteState {
   /// are ignored.
   std::uint64_t epoch = 0;
   std::chrono::milliseconds backoff{0};
-  /// Local sink of every request forwarded to the remote engine.
-  std::unordered_map<std::uint64_t, token_sink> sinks;
+  /// Why the last connection attempt failed; empty once connected.
+  std::string last_connect_error;
+  std::uint64_t next_ticket = 1;
+  /// Every forwarded request by its ticket, and its ticket by its key.
+  std::unordered_map<std::uint64_t, Forwarded> forwarded;
+  std::unordered_map<RequestKey, std::uint64_t, RequestKeyHash> tickets;
+  /// Admissions the remote has not answered yet, by ticket.
+  std::unordered_map<std::uint64_t, caf::typed_response_promise<Admission>> pending_adds;
+  /// Local sinks and how many forwarded requests each has (monitored).
   std::unordered_map<caf::actor_addr, std::uint32_t> sink_uses;
 
   static inline const char* name = "caflm.remote_engine";
+
+  std::string address() const { return host + ":" + std::to_string(port); }
 };
 
 /// The proxy as it sees itself: an engine for local actors, a token sink
 /// for the remote worker, and its own timers.
-using proxy_actor =
-    engine_core_actor::extend_with<token_sink>::extend<caf::reacts_to<connect_atom, std::uint64_t>,
-                                                       caf::reacts_to<ping_atom, std::uint64_t>>;
+using proxy_actor = engine_core_actor::extend_with<token_sink>::extend<
+    caf::reacts_to<connect_atom, std::uint64_t>, caf::reacts_to<ping_atom, std::uint64_t>,
+    caf::reacts_to<add_timeout_atom, std::uint64_t>>;
 using proxy_pointer = proxy_actor::stateful_pointer<RemoteState>;
 
-void track(proxy_pointer self, std::uint64_t id, const token_sink& sink) {
-  auto& st = self->state;
-  st.sinks[id] = sink;
-  if (st.sink_uses[sink.address()]++ == 0)
-    self->monitor(sink);
+token_sink as_sink(proxy_pointer self) {
+  return caf::actor_cast<token_sink>(self);
 }
 
-token_sink forget(proxy_pointer self, std::uint64_t id) {
+std::uint64_t track(proxy_pointer self, const GenerateRequest& request, const token_sink& sink) {
   auto& st = self->state;
-  auto it = st.sinks.find(id);
-  if (it == st.sinks.end())
+  const std::uint64_t ticket = st.next_ticket++;
+  st.forwarded.emplace(ticket, Forwarded{sink, request.id, request.attempt});
+  st.tickets.emplace(RequestKey{sink.address(), request.id, request.attempt}, ticket);
+  if (st.sink_uses[sink.address()]++ == 0)
+    self->monitor(sink);
+  return ticket;
+}
+
+/// Forgets a forwarded request; returns what the proxy knew of it (an
+/// invalid sink when nothing).
+Forwarded forget(proxy_pointer self, std::uint64_t ticket) {
+  auto& st = self->state;
+  auto it = st.forwarded.find(ticket);
+  if (it == st.forwarded.end())
     return {};
-  token_sink sink = it->second;
-  st.sinks.erase(it);
-  auto uses = st.sink_uses.find(sink.address());
+  Forwarded forwarded = std::move(it->second);
+  st.forwarded.erase(it);
+  st.tickets.erase(RequestKey{forwarded.sink.address(), forwarded.id, forwarded.attempt});
+  auto uses = st.sink_uses.find(forwarded.sink.address());
   if (uses != st.sink_uses.end() && --uses->second == 0) {
-    self->demonitor(sink.address());
+    self->demonitor(forwarded.sink.address());
     st.sink_uses.erase(uses);
   }
-  return sink;
+  return forwarded;
+}
+
+/// Tells the remote engine to stop a forwarded request.
+void cancel_remote(proxy_pointer self, std::uint64_t ticket, std::uint32_t attempt) {
+  if (self->state.remote)
+    self->send(self->state.remote, cancel_atom::value, as_sink(self), ticket, attempt);
+}
+
+Admission unavailable(const RemoteState& st, std::uint64_t id, std::uint32_t attempt,
+                      const std::string& why) {
+  return Admission{id, attempt, false,
+                   InferenceError{id, attempt, InferenceErrorCode::engine_unavailable,
+                                  "the remote engine at " + st.address() + " " + why}};
 }
 
 void schedule_connect(proxy_pointer self) {
@@ -64,26 +110,47 @@ void schedule_connect(proxy_pointer self) {
   self->delayed_send(self, st.backoff, connect_atom::value, st.epoch);
 }
 
+/// A connection attempt failed: said once per new reason (an operator
+/// learns that the address refuses or is silent), then retried.
+void connect_failed(proxy_pointer self, std::string why) {
+  auto& st = self->state;
+  if (why != st.last_connect_error) {
+    log(LogLevel::Warning, "cannot connect to the remote engine at {}: {}; retrying", st.address(),
+        why);
+    st.last_connect_error = std::move(why);
+  }
+  schedule_connect(self);
+}
+
 /// The remote engine is gone (dead, unreachable or stopped): every request
 /// it held fails over, and the proxy leaves the coordinator until it is back.
-void lost(proxy_pointer self) {
+void lost(proxy_pointer self, const std::string& why) {
   auto& st = self->state;
   if (!st.connected)
     return;
+  log(LogLevel::Warning, "lost the remote engine at {} ({}); {} request(s) fail over", st.address(),
+      why, st.forwarded.size());
   st.connected = false;
   ++st.epoch;
   self->demonitor(st.remote.address());
   self->send(st.coordinator, deregister_atom::value, caf::actor_cast<engine_core_actor>(self));
-  std::vector<std::uint64_t> ids;
-  for (const auto& entry : st.sinks)
-    ids.push_back(entry.first);
-  for (std::uint64_t id : ids) {
+  // Admissions not answered yet are refused; admitted requests get an error.
+  auto pending_adds = std::move(st.pending_adds);
+  st.pending_adds.clear();
+  std::vector<std::uint64_t> tickets;
+  for (const auto& entry : st.forwarded)
+    tickets.push_back(entry.first);
+  for (std::uint64_t ticket : tickets) {
     // Should a stopped process wake up, it stops working on these.
-    self->send(st.remote, cancel_atom::value, id);
-    token_sink sink = forget(self, id);
-    self->send(sink, InferenceError{id, InferenceErrorCode::engine_unavailable,
-                                    "the remote engine at " + st.host + ":" +
-                                        std::to_string(st.port) + " was lost"});
+    Forwarded forwarded = forget(self, ticket);
+    cancel_remote(self, ticket, forwarded.attempt);
+    if (auto pending = pending_adds.find(ticket); pending != pending_adds.end())
+      pending->second.deliver(unavailable(st, forwarded.id, forwarded.attempt, "was lost"));
+    else if (forwarded.sink)
+      self->send(forwarded.sink,
+                 InferenceError{forwarded.id, forwarded.attempt,
+                                InferenceErrorCode::engine_unavailable,
+                                "the remote engine at " + st.address() + " was lost"});
   }
   st.remote = engine_core_actor{};
   schedule_connect(self);
@@ -108,11 +175,13 @@ void probe(proxy_pointer self, std::uint64_t epoch, engine_core_actor remote) {
             self->send(st.coordinator, register_atom::value,
                        caf::actor_cast<engine_core_actor>(self));
             self->send(self, ping_atom::value, st.epoch);
+            st.last_connect_error.clear();
+            log(LogLevel::Info, "connected to the remote engine at {}", st.address());
           },
-          [self, epoch](const caf::error&) {
+          [self, epoch](const caf::error& error) {
             self->state.connecting = false;
             if (epoch == self->state.epoch)
-              schedule_connect(self);
+              connect_failed(self, "it did not answer a probe: " + self->system().render(error));
           });
 }
 
@@ -122,27 +191,25 @@ void connect(proxy_pointer self) {
     return;
   st.connecting = true;
   const std::uint64_t epoch = st.epoch;
-  auto mm = self->home_system().middleman().actor_handle();
-  self->request(mm, st.options.request_timeout, caf::connect_atom::value, st.host, st.port)
+  self->request(st.connector, st.options.request_timeout, connect_atom::value, st.host, st.port)
       .then(
-          [self, epoch](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                        const std::set<std::string>&) {
+          [self, epoch](const engine_core_actor& remote) {
             auto& st = self->state;
             if (epoch != st.epoch || st.connected) {
               st.connecting = false;
               return;
             }
-            if (!ptr) {
+            if (!remote) {
               st.connecting = false;
-              schedule_connect(self);
+              connect_failed(self, "nothing is published there");
               return;
             }
-            probe(self, epoch, caf::actor_cast<engine_core_actor>(std::move(ptr)));
+            probe(self, epoch, remote);
           },
-          [self, epoch](const caf::error&) {
+          [self, epoch](const caf::error& error) {
             self->state.connecting = false;
             if (epoch == self->state.epoch)
-              schedule_connect(self);
+              connect_failed(self, self->system().render(error));
           });
 }
 
@@ -152,73 +219,151 @@ void ping(proxy_pointer self, std::uint64_t epoch) {
     return;
   self->request(st.remote, st.options.ping_timeout, get_load_atom::value)
       .then([](const LoadReport&) {},
-            [self, epoch](const caf::error&) {
+            [self, epoch](const caf::error& error) {
               if (epoch == self->state.epoch)
-                lost(self);
+                lost(self, "no answer to a liveness probe: " + self->system().render(error));
             });
   self->delayed_send(self, st.options.ping_interval, ping_atom::value, epoch);
 }
 
-Admission unavailable(const RemoteState& st, std::uint64_t id) {
-  return Admission{id, false,
-                   InferenceError{id, InferenceErrorCode::engine_unavailable,
-                                  "not connected to " + st.host + ":" + std::to_string(st.port)}};
+caf::result<Admission> add(proxy_pointer self, GenerateRequest& request, token_sink& sink) {
+  auto& st = self->state;
+  const std::uint64_t id = request.id;
+  const std::uint32_t attempt = request.attempt;
+  if (!st.connected)
+    return unavailable(st, id, attempt, "is not connected");
+  if (!sink || st.tickets.count(RequestKey{sink.address(), id, attempt}) != 0)
+    return Admission{id, attempt, false,
+                     InferenceError{id, attempt, InferenceErrorCode::bad_request,
+                                    "request " + std::to_string(id) + " attempt " +
+                                        std::to_string(attempt) +
+                                        " of this sink is already forwarded, or has no sink"}};
+  const std::uint64_t ticket = track(self, request, sink);
+  auto promise = self->make_response_promise<Admission>();
+  st.pending_adds.emplace(ticket, promise);
+  request.id = ticket;
+  const std::uint64_t epoch = st.epoch;
+  // No timeout on the request itself: CAF would drop a late answer, and a
+  // late admission must be cancelled on the remote. The proxy's own timer
+  // below gives up on it instead, without dropping the connection: a slow
+  // `add` is not a dead worker (the liveness probe decides that).
+  self->request(st.remote, caf::infinite, add_atom::value, std::move(request), as_sink(self))
+      .then(
+          [self, ticket, attempt](Admission& admission) {
+            auto& st = self->state;
+            auto pending = st.pending_adds.find(ticket);
+            if (pending == st.pending_adds.end()) {
+              // Given up on (timed out, or lost): it must not run there.
+              if (admission.accepted)
+                cancel_remote(self, ticket, attempt);
+              return;
+            }
+            auto promise = pending->second;
+            st.pending_adds.erase(pending);
+            const Forwarded& forwarded = st.forwarded[ticket];
+            admission.request_id = admission.error.request_id = forwarded.id;
+            if (!admission.accepted)
+              forget(self, ticket);
+            promise.deliver(admission);
+          },
+          [self, ticket, epoch](const caf::error& error) {
+            auto& st = self->state;
+            auto pending = st.pending_adds.find(ticket);
+            if (pending == st.pending_adds.end())
+              return;
+            auto promise = pending->second;
+            st.pending_adds.erase(pending);
+            Forwarded forwarded = forget(self, ticket);
+            promise.deliver(unavailable(st, forwarded.id, forwarded.attempt,
+                                        "refused the request: " + self->system().render(error)));
+            if (epoch == st.epoch)
+              lost(self, self->system().render(error));
+          });
+  self->delayed_send(self, st.options.request_timeout, add_timeout_atom::value, ticket);
+  return promise;
+}
+
+/// The remote did not answer a forwarded `add` in time: the local request
+/// tries elsewhere, and the remote is told to drop it should it admit it.
+void add_timed_out(proxy_pointer self, std::uint64_t ticket) {
+  auto& st = self->state;
+  auto pending = st.pending_adds.find(ticket);
+  if (pending == st.pending_adds.end())
+    return;
+  auto promise = pending->second;
+  st.pending_adds.erase(pending);
+  Forwarded forwarded = forget(self, ticket);
+  cancel_remote(self, ticket, forwarded.attempt);
+  log(LogLevel::Warning, "the remote engine at {} did not answer add within {} ms", st.address(),
+      st.options.request_timeout.count());
+  promise.deliver(unavailable(st, forwarded.id, forwarded.attempt,
+                              "did not answer within " +
+                                  std::to_string(st.options.request_timeout.count()) + " ms"));
+}
+
+/// One batch per step from the remote worker; one message per local sink
+/// from here.
+void fan_out(proxy_pointer self, TokenBatch& batch) {
+  auto& st = self->state;
+  std::unordered_map<caf::actor_addr, std::pair<token_sink, TokenBatch>> out;
+  for (TokenChunk& chunk : batch.chunks) {
+    const std::uint64_t ticket = chunk.request_id;
+    auto it = st.forwarded.find(ticket);
+    if (it == st.forwarded.end()) {
+      // Given up on here: it must stop there.
+      if (chunk.finish == FinishReason::None)
+        cancel_remote(self, ticket, chunk.attempt);
+      continue;
+    }
+    token_sink sink = it->second.sink;
+    chunk.request_id = it->second.id;
+    if (chunk.finish != FinishReason::None)
+      forget(self, ticket);
+    auto& entry = out[sink.address()];
+    entry.first = sink;
+    entry.second.chunks.push_back(std::move(chunk));
+  }
+  for (auto& [address, entry] : out)
+    self->send(entry.first, std::move(entry.second));
 }
 
 proxy_actor::behavior_type proxy(proxy_pointer self, std::string host, std::uint16_t port,
-                                 dp_coordinator_actor coordinator, RemoteEngineOptions options) {
+                                 dp_coordinator_actor coordinator, RemoteEngineOptions options,
+                                 engine_connector connector) {
   auto& st = self->state;
   st.host = std::move(host);
   st.port = port;
   st.coordinator = std::move(coordinator);
   st.options = options;
+  st.connector = std::move(connector);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& st = self->state;
     if (st.connected && down.source == st.remote.address()) {
-      lost(self);
+      lost(self, "its connection closed");
       return;
     }
-    // A local request actor went away: its remote requests stop.
+    // A local sink went away: its remote requests stop.
     std::vector<std::uint64_t> orphans;
-    for (const auto& [id, sink] : st.sinks)
-      if (sink.address() == down.source)
-        orphans.push_back(id);
-    for (std::uint64_t id : orphans) {
-      forget(self, id);
-      if (st.connected)
-        self->send(st.remote, cancel_atom::value, id);
+    for (const auto& [ticket, forwarded] : st.forwarded)
+      if (forwarded.sink.address() == down.source)
+        orphans.push_back(ticket);
+    for (std::uint64_t ticket : orphans) {
+      if (auto pending = st.pending_adds.find(ticket); pending != st.pending_adds.end()) {
+        // Nobody waits for this admission any more: answer it now, and the
+        // remote drops the request should it admit it (the cancel follows
+        // the add on the same connection).
+        Forwarded& forwarded = st.forwarded[ticket];
+        pending->second.deliver(unavailable(st, forwarded.id, forwarded.attempt, "was abandoned"));
+        st.pending_adds.erase(pending);
+      }
+      Forwarded forwarded = forget(self, ticket);
+      cancel_remote(self, ticket, forwarded.attempt);
     }
   });
   self->send(self, connect_atom::value, st.epoch);
   return {
       [self](add_atom, GenerateRequest& request, token_sink& sink) -> caf::result<Admission> {
-        auto& st = self->state;
-        const std::uint64_t id = request.id;
-        if (!st.connected)
-          return unavailable(st, id);
-        if (st.sinks.count(id) != 0)
-          return Admission{
-              id, false,
-              InferenceError{id, InferenceErrorCode::bad_request,
-                             "request id " + std::to_string(id) + " is already in use"}};
-        track(self, id, sink);
-        auto promise = self->make_response_promise<Admission>();
-        const std::uint64_t epoch = st.epoch;
-        self->request(st.remote, st.options.request_timeout, add_atom::value, std::move(request),
-                      caf::actor_cast<token_sink>(self))
-            .then(
-                [self, promise, id](const Admission& admission) mutable {
-                  if (!admission.accepted)
-                    forget(self, id);
-                  promise.deliver(admission);
-                },
-                [self, promise, id, epoch](const caf::error&) mutable {
-                  forget(self, id);
-                  promise.deliver(unavailable(self->state, id));
-                  if (epoch == self->state.epoch)
-                    lost(self);
-                });
-        return promise;
+        return add(self, request, sink);
       },
       [self](get_load_atom) -> caf::result<LoadReport> {
         auto& st = self->state;
@@ -226,46 +371,66 @@ proxy_actor::behavior_type proxy(proxy_pointer self, std::string host, std::uint
           return caf::make_error(caf::sec::request_receiver_down);
         return self->delegate(st.remote, get_load_atom::value);
       },
-      [self](cancel_atom, std::uint64_t id) {
-        if (self->state.connected && self->state.sinks.count(id) != 0)
-          self->send(self->state.remote, cancel_atom::value, id);
+      [self](cancel_atom, const token_sink& sink, std::uint64_t id, std::uint32_t attempt) {
+        auto& st = self->state;
+        auto it = st.tickets.find(RequestKey{sink.address(), id, attempt});
+        if (it != st.tickets.end())
+          cancel_remote(self, it->second, attempt);
       },
-      [self](TokenBatch& batch) {
-        // One batch per step from the remote worker; one message per local
-        // request actor from here.
-        std::unordered_map<caf::actor_addr, std::pair<token_sink, TokenBatch>> out;
-        for (TokenChunk& chunk : batch.chunks) {
-          auto it = self->state.sinks.find(chunk.request_id);
-          if (it == self->state.sinks.end())
-            continue; // failed over already
-          token_sink sink =
-              chunk.finish != FinishReason::None ? forget(self, chunk.request_id) : it->second;
-          auto& entry = out[sink.address()];
-          entry.first = sink;
-          entry.second.chunks.push_back(std::move(chunk));
-        }
-        for (auto& [address, entry] : out)
-          self->send(entry.first, std::move(entry.second));
-      },
+      [self](TokenBatch& batch) { fan_out(self, batch); },
       [self](InferenceError& error) {
-        token_sink sink = forget(self, error.request_id);
-        if (sink)
-          self->send(sink, std::move(error));
+        Forwarded forwarded = forget(self, error.request_id);
+        if (!forwarded.sink)
+          return;
+        error.request_id = forwarded.id;
+        self->send(forwarded.sink, std::move(error));
       },
       [self](connect_atom, std::uint64_t epoch) {
         if (epoch == self->state.epoch)
           connect(self);
       },
       [self](ping_atom, std::uint64_t epoch) { ping(self, epoch); },
+      [self](add_timeout_atom, std::uint64_t ticket) { add_timed_out(self, ticket); },
+  };
+}
+
+engine_connector::behavior_type middleman_connector(engine_connector::pointer self) {
+  return {
+      [self](connect_atom, std::string& host,
+             std::uint16_t port) -> caf::result<engine_core_actor> {
+        auto promise = self->make_response_promise<engine_core_actor>();
+        auto mm = self->home_system().middleman().actor_handle();
+        self->request(mm, caf::infinite, caf::connect_atom::value, std::move(host), port)
+            .then(
+                [promise](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                          const std::set<std::string>&) mutable {
+                  promise.deliver(caf::actor_cast<engine_core_actor>(std::move(ptr)));
+                },
+                [promise](caf::error& error) mutable { promise.deliver(std::move(error)); });
+        return promise;
+      },
   };
 }
 
 } // namespace
 
+engine_connector spawn_middleman_connector(caf::actor_system& system) {
+  return system.spawn(middleman_connector);
+}
+
 engine_core_actor spawn_remote_engine(caf::actor_system& system, std::string host,
                                       std::uint16_t port, dp_coordinator_actor coordinator,
                                       const RemoteEngineOptions& options) {
-  return system.spawn(proxy, std::move(host), port, std::move(coordinator), options);
+  return spawn_remote_engine(system, std::move(host), port, std::move(coordinator), options,
+                             spawn_middleman_connector(system));
+}
+
+engine_core_actor spawn_remote_engine(caf::actor_system& system, std::string host,
+                                      std::uint16_t port, dp_coordinator_actor coordinator,
+                                      const RemoteEngineOptions& options,
+                                      engine_connector connector) {
+  return system.spawn(proxy, std::move(host), port, std::move(coordinator), options,
+                      std::move(connector));
 }
 
 } // namespace caflm

@@ -6,17 +6,28 @@
 #include <caf/all.hpp>
 
 #include "caflm/engine/inference_engine.hpp"
+#include "caflm/engine/log.hpp"
 
 namespace caflm {
 
 namespace {
 
+/// A request the worker runs, by the engine's id for it.
+struct Served {
+  token_sink sink;
+  /// The request's id and attempt for its sink, which every chunk names.
+  std::uint64_t id = 0;
+  std::uint32_t attempt = 0;
+  /// Index of the next token among all the request's generated tokens.
+  std::uint32_t next_token = 0;
+  /// The prompt's token ids, until the first chunk carries them.
+  std::vector<TokenId> unsent_prompt;
+};
+
 struct WorkerState {
   std::shared_ptr<InferenceEngine> engine;
   engine_core_internal_actor core;
-  /// The sink of each running request, and its prompt until the first chunk.
-  std::unordered_map<std::uint64_t, token_sink> sinks;
-  std::unordered_map<std::uint64_t, std::vector<TokenId>> unsent_prompts;
+  std::unordered_map<std::uint64_t, Served> served;
   /// Requests per monitored sink, to cancel them when the sink goes down.
   std::unordered_map<caf::actor_addr, std::unordered_set<std::uint64_t>> by_sink;
   bool step_pending = false;
@@ -47,89 +58,168 @@ void schedule_step(worker_pointer self) {
   }
 }
 
-/// Forgets a request that ended; returns its sink.
-token_sink forget(worker_pointer self, std::uint64_t id) {
+/// Forgets a request that ended; returns what the worker knew of it.
+Served forget(worker_pointer self, std::uint64_t engine_id) {
   auto& st = self->state;
-  token_sink sink = st.sinks[id];
-  st.sinks.erase(id);
-  st.unsent_prompts.erase(id);
-  auto it = st.by_sink.find(sink.address());
-  if (it != st.by_sink.end()) {
-    it->second.erase(id);
-    if (it->second.empty()) {
-      self->demonitor(sink.address());
-      st.by_sink.erase(it);
+  auto it = st.served.find(engine_id);
+  Served served = std::move(it->second);
+  st.served.erase(it);
+  auto sink = st.by_sink.find(served.sink.address());
+  if (sink != st.by_sink.end()) {
+    sink->second.erase(engine_id);
+    if (sink->second.empty()) {
+      self->demonitor(served.sink.address());
+      st.by_sink.erase(sink);
     }
   }
-  return sink;
+  return served;
 }
 
-TokenChunk to_chunk(WorkerState& st, TokenEvent& event) {
+TokenChunk to_chunk(Served& served, TokenEvent& event) {
   TokenChunk chunk;
-  chunk.request_id = event.request_id;
-  if (auto prompt = st.unsent_prompts.find(event.request_id); prompt != st.unsent_prompts.end()) {
-    chunk.prompt_tokens = std::move(prompt->second);
-    st.unsent_prompts.erase(prompt);
+  chunk.request_id = served.id;
+  chunk.attempt = served.attempt;
+  chunk.first_token = served.next_token;
+  chunk.prompt_tokens = std::move(served.unsent_prompt);
+  served.unsent_prompt.clear();
+  if (event.finish != FinishReason::Cancelled) {
+    chunk.tokens.push_back(event.token);
+    chunk.logprobs.push_back(event.logprob);
+    if (!event.top_logprobs.empty())
+      chunk.top_logprobs.push_back(std::move(event.top_logprobs));
+    ++served.next_token;
   }
-  chunk.tokens.push_back(event.token);
   chunk.text = std::move(event.text);
-  chunk.logprobs.push_back(event.logprob);
-  if (!event.top_logprobs.empty())
-    chunk.top_logprobs.push_back(std::move(event.top_logprobs));
   chunk.finish = event.finish;
   if (event.finish != FinishReason::None)
     chunk.usage = Usage{event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens};
   return chunk;
 }
 
+/// The code a client sees for a request the engine ended with an error:
+/// only a fault of the engine itself is worth trying elsewhere.
+InferenceErrorCode error_code(EngineFault fault) {
+  switch (fault) {
+  case EngineFault::DoesNotFit:
+    return InferenceErrorCode::context_length_exceeded;
+  case EngineFault::NanLogits:
+    return InferenceErrorCode::internal;
+  case EngineFault::StepFailed:
+  case EngineFault::None:
+    break;
+  }
+  return InferenceErrorCode::engine_fault;
+}
+
+/// The same for a request the engine refused; the core checked it, so a
+/// refusal here is mostly the engine's own (its slots are full).
+InferenceErrorCode error_code(AddError error) {
+  switch (error) {
+  case AddError::EmptyPrompt:
+  case AddError::InvalidToken:
+  case AddError::BadParams:
+    return InferenceErrorCode::bad_request;
+  case AddError::ContextLengthExceeded:
+    return InferenceErrorCode::context_length_exceeded;
+  case AddError::Full:
+  case AddError::DuplicateRequest:
+    break;
+  }
+  return InferenceErrorCode::engine_fault;
+}
+
 /// Ends requests cancelled here (by the core or a dead sink) with a last,
 /// empty chunk, and tells the core they are no longer in flight.
-void cancel_requests(worker_pointer self, const std::vector<std::uint64_t>& ids) {
+void cancel_requests(worker_pointer self, const std::vector<std::uint64_t>& engine_ids) {
   std::vector<std::uint64_t> ended;
-  for (std::uint64_t id : ids) {
-    if (!self->state.engine->cancel(id))
+  for (std::uint64_t engine_id : engine_ids) {
+    if (!self->state.engine->cancel(engine_id))
       continue;
-    token_sink sink = forget(self, id);
-    TokenChunk last;
-    last.request_id = id;
-    last.finish = FinishReason::Cancelled;
-    self->send(sink, TokenBatch{{std::move(last)}});
-    ended.push_back(id);
+    Served served = forget(self, engine_id);
+    TokenEvent cancelled;
+    cancelled.finish = FinishReason::Cancelled;
+    self->send(served.sink, TokenBatch{{to_chunk(served, cancelled)}});
+    ended.push_back(engine_id);
   }
   report(self, std::move(ended));
+}
+
+void log_preemptions(WorkerState& st) {
+  if (!log_enabled(LogLevel::Info))
+    return;
+  const LoadReport kv = st.engine->load();
+  for (std::uint64_t engine_id : st.engine->last_preempted()) {
+    auto it = st.served.find(engine_id);
+    if (it != st.served.end())
+      log(LogLevel::Info,
+          "engine preempted request {} (attempt {}) to free KV blocks ({} of {} free); it will "
+          "recompute",
+          it->second.id, it->second.attempt, kv.free_blocks, kv.total_blocks);
+  }
 }
 
 void run_step(worker_pointer self) {
   auto& st = self->state;
   st.step_pending = false;
   std::vector<TokenEvent> events = st.engine->step();
+  log_preemptions(st);
   // One batch per destination per step: a remote proxy forwarding many
   // requests gets one message, not one per token.
-  std::unordered_map<caf::actor_addr, TokenBatch> batches;
-  std::unordered_map<caf::actor_addr, token_sink> destinations;
+  std::unordered_map<caf::actor_addr, std::pair<token_sink, TokenBatch>> batches;
   std::vector<std::uint64_t> ended;
+  std::uint32_t step_faults = 0;
+  std::string step_error;
   for (TokenEvent& event : events) {
-    auto sink_it = st.sinks.find(event.request_id);
-    if (sink_it == st.sinks.end())
+    auto it = st.served.find(event.request_id);
+    if (it == st.served.end())
       continue;
-    token_sink sink = sink_it->second;
     if (event.finish == FinishReason::Error) {
-      forget(self, event.request_id);
-      self->send(sink, InferenceError{event.request_id, InferenceErrorCode::internal,
-                                      "the request does not fit in the KV cache"});
+      Served served = forget(self, event.request_id);
+      if (event.fault == EngineFault::StepFailed && step_faults++ == 0)
+        step_error = event.error;
+      else if (event.fault != EngineFault::StepFailed)
+        log(LogLevel::Error, "engine ended request {} (attempt {}): {}", served.id, served.attempt,
+            event.error);
+      self->send(served.sink, InferenceError{served.id, served.attempt, error_code(event.fault),
+                                             std::move(event.error)});
       ended.push_back(event.request_id);
       continue;
     }
-    destinations.emplace(sink.address(), sink);
-    batches[sink.address()].chunks.push_back(to_chunk(st, event));
+    auto& [sink, batch] = batches[it->second.sink.address()];
+    sink = it->second.sink;
+    batch.chunks.push_back(to_chunk(it->second, event));
     if (event.finish != FinishReason::None) {
       forget(self, event.request_id);
       ended.push_back(event.request_id);
     }
   }
-  for (auto& [address, batch] : batches)
-    self->send(destinations[address], std::move(batch));
+  if (step_faults > 0)
+    log(LogLevel::Error, "{}; its {} request(s) fail over", step_error, step_faults);
+  for (auto& [address, entry] : batches)
+    self->send(entry.first, std::move(entry.second));
   report(self, std::move(ended));
+  schedule_step(self);
+}
+
+void add(worker_pointer self, std::uint64_t engine_id, GenerateRequest& request, token_sink& sink) {
+  auto& st = self->state;
+  GenerationRequest generation{engine_id, request.prompt_tokens, std::move(request.params),
+                               request.generated};
+  if (auto refused = st.engine->add(std::move(generation))) {
+    log(LogLevel::Warning, "engine refused request {} (attempt {}) the core had admitted: {}",
+        request.id, request.attempt, to_string(*refused));
+    self->send(sink, InferenceError{request.id, request.attempt, error_code(*refused),
+                                    to_string(*refused)});
+    report(self, {engine_id});
+    return;
+  }
+  auto& ids = st.by_sink[sink.address()];
+  if (ids.empty())
+    self->monitor(sink);
+  ids.insert(engine_id);
+  const auto first_token = static_cast<std::uint32_t>(request.generated.size());
+  st.served.emplace(engine_id, Served{std::move(sink), request.id, request.attempt, first_token,
+                                      std::move(request.prompt_tokens)});
   schedule_step(self);
 }
 
@@ -146,26 +236,10 @@ worker_actor::behavior_type worker(worker_pointer self, std::shared_ptr<Inferenc
     cancel_requests(self, orphans);
   });
   return {
-      [self](add_atom, GenerateRequest& request, token_sink& sink) {
-        auto& st = self->state;
-        GenerationRequest generation{request.id, request.prompt_tokens, std::move(request.params),
-                                     std::move(request.generated)};
-        if (auto refused = st.engine->add(std::move(generation))) {
-          // The core checked the request; this is a capacity mismatch.
-          self->send(sink,
-                     InferenceError{request.id, InferenceErrorCode::internal, to_string(*refused)});
-          report(self, {request.id});
-          return;
-        }
-        auto& ids = st.by_sink[sink.address()];
-        if (ids.empty())
-          self->monitor(sink);
-        ids.insert(request.id);
-        st.sinks.emplace(request.id, sink);
-        st.unsent_prompts.emplace(request.id, std::move(request.prompt_tokens));
-        schedule_step(self);
+      [self](add_atom, std::uint64_t engine_id, GenerateRequest& request, token_sink& sink) {
+        add(self, engine_id, request, sink);
       },
-      [self](cancel_atom, std::uint64_t id) { cancel_requests(self, {id}); },
+      [self](cancel_atom, std::uint64_t engine_id) { cancel_requests(self, {engine_id}); },
       [self](step_atom) { run_step(self); },
   };
 }

@@ -22,6 +22,33 @@ const char* to_string(FinishReason reason) {
   return "unknown";
 }
 
+const char* to_string(EngineFault fault) {
+  switch (fault) {
+  case EngineFault::None:
+    return "none";
+  case EngineFault::StepFailed:
+    return "the engine's step failed";
+  case EngineFault::DoesNotFit:
+    return "the request needs more KV blocks than the engine has";
+  case EngineFault::NanLogits:
+    return "the model produced NaN logits";
+  }
+  return "unknown fault";
+}
+
+namespace {
+
+/// `config` with its context cut to what the KV pool holds: a sequence the
+/// engine accepts must fit in the pool alone.
+EngineConfig fitted(EngineConfig config) {
+  const std::uint64_t pool_tokens = std::uint64_t{config.kv_blocks} * config.scheduler.block_size;
+  if (pool_tokens < config.scheduler.max_context)
+    config.scheduler.max_context = static_cast<std::uint32_t>(pool_tokens);
+  return config;
+}
+
+} // namespace
+
 const char* to_string(AddError error) {
   switch (error) {
   case AddError::Full:
@@ -45,16 +72,17 @@ InferenceEngine::InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
                                  std::uint64_t cache_salt)
   : tokenizer_(std::move(tokenizer))
   , backend_(std::move(backend))
-  , config_(config)
+  , config_(fitted(config))
   , pool_(config.kv_blocks)
   , cache_(config.prefix_caching ? config.kv_blocks : 0, config.scheduler.block_size, cache_salt)
-  , table_(config.scheduler, pool_, config.prefix_caching ? &cache_ : nullptr)
-  , planner_(config.scheduler)
+  , table_(config_.scheduler, pool_, config.prefix_caching ? &cache_ : nullptr)
+  , planner_(config_.scheduler)
   , plan_(config.scheduler.max_requests)
-  , buffers_(config.scheduler.max_requests, config.scheduler.token_budget,
-             config.scheduler.max_requests * config.scheduler.max_pages(), backend_->vocab_size())
+  , buffers_(config_.scheduler.max_requests, config_.scheduler.token_budget,
+             config_.scheduler.max_requests * config_.scheduler.max_pages(), backend_->vocab_size())
   , sampler_(backend_->vocab_size())
   , top_scratch_(kMaxTopLogprobs) {
+  preempted_.reserve(config_.scheduler.max_requests);
   const Vocabulary& vocab = tokenizer_->vocabulary();
   for (TokenId id = 0; id < vocab.size(); ++id)
     if (vocab.is_eog(id))
@@ -70,6 +98,8 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
     return AddError::EmptyPrompt;
   if (requests_.count(request.id) != 0)
     return AddError::DuplicateRequest;
+  if (!request.params.seed)
+    request.params.seed = random_seed();
   std::vector<TokenId> sequence = request.prompt;
   sequence.insert(sequence.end(), request.generated.begin(), request.generated.end());
   // Room for at least one more token: a prompt is never truncated.
@@ -118,21 +148,29 @@ LoadReport InferenceEngine::load() const {
 
 std::vector<TokenEvent> InferenceEngine::step() {
   std::vector<TokenEvent> events;
+  preempted_.clear();
   if (requests_.empty())
     return events;
   auto receipt = run_step(table_, planner_, *backend_, plan_, buffers_);
   if (!receipt) {
-    // A failed step is a bug or a device fault: end every request rather
-    // than loop on it.
+    // A failed step is the engine's fault, not the requests': end every one
+    // so that each can be served elsewhere, rather than loop on it.
+    const std::string error =
+        std::string("the engine's step failed: ") + to_string(receipt.error());
     for (auto& entry : requests_)
-      events.push_back(end_with_error(entry.second));
+      events.push_back(end_with_error(entry.second, EngineFault::StepFailed, error));
     requests_.clear();
     return events;
   }
+  for (std::uint32_t i = 0; i < plan_.preempted_count; ++i)
+    preempted_.push_back(table_.view(plan_.preempted[i]).request_id);
   for (std::uint32_t i = 0; i < plan_.unfittable_count; ++i) {
-    std::uint64_t id = table_.view(plan_.unfittable[i]).request_id;
-    auto it = requests_.find(id);
-    events.push_back(end_with_error(it->second));
+    const RequestView view = table_.view(plan_.unfittable[i]);
+    auto it = requests_.find(view.request_id);
+    events.push_back(end_with_error(it->second, EngineFault::DoesNotFit,
+                                    "the request's " + std::to_string(view.token_count) +
+                                        " tokens need more KV blocks than the " +
+                                        std::to_string(pool_.block_count()) + " the engine has"));
     requests_.erase(it);
   }
   for (std::uint32_t i = 0; i < buffers_.item_count; ++i) {
@@ -155,6 +193,16 @@ void InferenceEngine::sample_into(Active& active, const float* logits,
   SampleResult sampled = sampler_.sample(
       logits, params, table_.tokens(active.slot), view.token_count, active.generated,
       banned_.data(), params.ignore_eos ? banned_.size() : 0, top_scratch_.data());
+  if (sampled.nan_logits > 0) {
+    // Sampling around NaN would stream tokens of a broken model as if they
+    // were its answer.
+    events.push_back(
+        end_with_error(active, EngineFault::NanLogits,
+                       "the model produced NaN logits (" + std::to_string(sampled.nan_logits) +
+                           " of " + std::to_string(backend_->vocab_size()) +
+                           ") for generated token " + std::to_string(active.generated)));
+    return;
+  }
   (void)table_.append_token(active.slot, sampled.token);
   ++active.generated;
 
@@ -175,9 +223,11 @@ void InferenceEngine::sample_into(Active& active, const float* logits,
   events.push_back(std::move(event));
 }
 
-TokenEvent InferenceEngine::end_with_error(Active& active) {
+TokenEvent InferenceEngine::end_with_error(Active& active, EngineFault fault, std::string error) {
   TokenEvent last;
   last.request_id = active.request.id;
+  last.fault = fault;
+  last.error = std::move(error);
   finish(active, FinishReason::Error, last);
   return last;
 }

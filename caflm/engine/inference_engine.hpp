@@ -25,7 +25,7 @@ enum class FinishReason : std::uint8_t {
   Length,
   /// Cancelled by the caller.
   Cancelled,
-  /// The request can never fit in the KV cache.
+  /// The engine could not serve it; TokenEvent::fault says why.
   Error,
 };
 
@@ -43,6 +43,22 @@ struct GenerationRequest {
   std::vector<TokenId> generated;
 };
 
+/// Why the engine ended a request with FinishReason::Error.
+enum class EngineFault : std::uint8_t {
+  None,
+  /// A step failed (in the backend, or the scheduler's checks of its
+  /// outputs): a fault of this engine, not of the request. Every request of
+  /// the step ends; another replica can serve them.
+  StepFailed,
+  /// The request needs more KV blocks than the whole pool holds.
+  DoesNotFit,
+  /// The model produced NaN logits for it: its weights or the backend are
+  /// broken, and a sample would be meaningless.
+  NanLogits,
+};
+
+const char* to_string(EngineFault fault);
+
 /// What one step produced for one request.
 struct TokenEvent {
   std::uint64_t request_id = 0;
@@ -56,6 +72,9 @@ struct TokenEvent {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t completion_tokens = 0;
   std::uint32_t cached_prompt_tokens = 0;
+  /// With FinishReason::Error: why, and a sentence for the client.
+  EngineFault fault = EngineFault::None;
+  std::string error;
 };
 
 /// Why `InferenceEngine::add` refused a request.
@@ -108,7 +127,8 @@ class InferenceEngine {
                   std::unique_ptr<RaggedBackend> backend, const EngineConfig& config,
                   std::uint64_t cache_salt);
 
-  /// Queues a request; it starts in a later step.
+  /// Queues a request; it starts in a later step. A request without a seed
+  /// gets a random one.
   std::optional<AddError> add(GenerationRequest request);
   /// Ends a request at once, releasing its blocks; false if unknown.
   bool cancel(std::uint64_t request_id);
@@ -118,12 +138,20 @@ class InferenceEngine {
   LoadReport load() const;
   const EngineConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  /// Longest sequence this engine accepts, prompt and generation together.
+  /// The tokenizer, to share with other threads (it is immutable).
+  const std::shared_ptr<const Tokenizer>& shared_tokenizer() const { return tokenizer_; }
+  /// Longest sequence this engine accepts, prompt and generation together:
+  /// the configured context, at most what the KV pool holds, so a sequence
+  /// that is accepted always fits in the pool alone.
   std::uint32_t max_context() const { return config_.scheduler.max_context; }
 
   /// Runs one step and returns its events: one per sampled token, and a
   /// final one (finish reason set) per request that ended.
   std::vector<TokenEvent> step();
+
+  /// Requests the last step preempted to free KV blocks (they wait to
+  /// recompute; nothing they generated is lost).
+  const std::vector<std::uint64_t>& last_preempted() const { return preempted_; }
 
  private:
   struct Active {
@@ -136,8 +164,9 @@ class InferenceEngine {
 
   void sample_into(Active& active, const float* logits, std::vector<TokenEvent>& events);
   void finish(Active& active, FinishReason reason, TokenEvent& last);
-  /// Ends `active` with FinishReason::Error (the caller forgets it).
-  TokenEvent end_with_error(Active& active);
+  /// Ends `active` with FinishReason::Error and `fault` (the caller forgets
+  /// it).
+  TokenEvent end_with_error(Active& active, EngineFault fault, std::string error);
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<RaggedBackend> backend_;
@@ -151,6 +180,7 @@ class InferenceEngine {
   Sampler sampler_;
   std::vector<TokenId> banned_;
   std::vector<TokenLogprob> top_scratch_;
+  std::vector<std::uint64_t> preempted_;
   std::unordered_map<std::uint64_t, Active> requests_;
 };
 

@@ -30,5 +30,14 @@ using ping_atom = caf::atom_constant<caf::atom("lm_ping")>;
 using connect_atom = caf::atom_constant<caf::atom("lm_connect")>;
 /// Resubmit a request (a request actor's timer).
 using retry_atom = caf::atom_constant<caf::atom("lm_retry")>;
+/// Timers of a request actor: an engine's answer to `add` is overdue, and
+/// the request's deadline.
+using admission_timeout_atom = caf::atom_constant<caf::atom("lm_admtime")>;
+using deadline_atom = caf::atom_constant<caf::atom("lm_dead")>;
+/// Tokenize a prompt (engine core to its tokenizer).
+using tokenize_atom = caf::atom_constant<caf::atom("lm_tok")>;
+/// A timer of a remote engine proxy: the remote's answer to a forwarded
+/// `add` is overdue.
+using add_timeout_atom = caf::atom_constant<caf::atom("lm_addtime")>;
 
 } // namespace caflm

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <caf/typed_actor.hpp>
@@ -16,11 +17,12 @@ namespace caflm {
 using token_sink = caf::typed_actor<caf::reacts_to<TokenBatch>, caf::reacts_to<InferenceError>>;
 
 /// One model replica. `add` answers at once (admission); tokens stream to
-/// the sink separately.
+/// the sink separately. `cancel` names a request as (sink, id, attempt), as
+/// it was added (see "Request identity" in messages.hpp).
 using engine_core_actor =
     caf::typed_actor<caf::replies_to<add_atom, GenerateRequest, token_sink>::with<Admission>,
                      caf::replies_to<get_load_atom>::with<LoadReport>,
-                     caf::reacts_to<cancel_atom, std::uint64_t>>;
+                     caf::reacts_to<cancel_atom, token_sink, std::uint64_t, std::uint32_t>>;
 
 /// What a coordinator knows of its engines.
 struct CoordinatorStats {
@@ -35,21 +37,31 @@ typename Inspector::result_type inspect(Inspector& f, CoordinatorStats& x) {
 }
 
 /// Spreads requests over engines by load and prefix affinity. `route`
-/// answers an invalid handle when no engine is registered.
-using dp_coordinator_actor =
-    caf::typed_actor<caf::replies_to<route_atom, std::uint64_t>::with<engine_core_actor>,
-                     caf::reacts_to<register_atom, engine_core_actor>,
-                     caf::reacts_to<deregister_atom, engine_core_actor>,
-                     caf::replies_to<stats_atom>::with<CoordinatorStats>>;
+/// takes the request's prefix hash and an engine to avoid if any other is
+/// registered (one that just failed the request; an invalid handle for
+/// none), and answers an invalid handle when no engine is registered.
+using dp_coordinator_actor = caf::typed_actor<
+    caf::replies_to<route_atom, std::uint64_t, engine_core_actor>::with<engine_core_actor>,
+    caf::reacts_to<register_atom, engine_core_actor>,
+    caf::reacts_to<deregister_atom, engine_core_actor>,
+    caf::replies_to<stats_atom>::with<CoordinatorStats>>;
 
 /// The engine core as its worker sees it: the worker reports, after each
-/// step, which requests ended and the KV cache's state.
+/// step, which requests ended (by the engine's own ids) and the KV cache's
+/// state.
 using engine_core_internal_actor =
     engine_core_actor::extend<caf::reacts_to<done_atom, std::vector<std::uint64_t>, LoadReport>>;
 
-/// The detached actor that owns a model runner and runs the step loop.
+/// The detached actor that owns a model runner and runs the step loop. The
+/// core hands it each request with the engine's own id for it, unique in
+/// the engine, and cancels by that id.
 using worker_actor =
-    caf::typed_actor<caf::reacts_to<add_atom, GenerateRequest, token_sink>,
+    caf::typed_actor<caf::reacts_to<add_atom, std::uint64_t, GenerateRequest, token_sink>,
                      caf::reacts_to<cancel_atom, std::uint64_t>, caf::reacts_to<step_atom>>;
+
+/// Tokenizes prompts for an engine core, off the core's mailbox: a burst of
+/// long prompts must not delay the core's answers to `get_load`.
+using tokenizer_actor =
+    caf::typed_actor<caf::replies_to<tokenize_atom, std::string>::with<std::vector<TokenId>>>;
 
 } // namespace caflm

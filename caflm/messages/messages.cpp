@@ -16,8 +16,17 @@ const char* to_string(InferenceErrorCode code) {
     return "engine_unavailable";
   case InferenceErrorCode::internal:
     return "internal";
+  case InferenceErrorCode::engine_fault:
+    return "engine_fault";
+  case InferenceErrorCode::deadline_exceeded:
+    return "deadline_exceeded";
   }
   return "unknown";
+}
+
+bool retryable(InferenceErrorCode code) {
+  return code == InferenceErrorCode::backpressure ||
+         code == InferenceErrorCode::engine_unavailable || code == InferenceErrorCode::engine_fault;
 }
 
 } // namespace caflm

@@ -1,43 +1,79 @@
 #pragma once
 
+#include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "caflm/engine/inference_engine.hpp"
 #include "caflm/sampling/sampling_params.hpp"
 
+// Request identity
+// ----------------
+// A request is named by three things together: its sink (the actor its
+// tokens go to), the id the sink's owner gave it, and its attempt. Whoever
+// owns a sink chooses its ids, and they need only be unique among that
+// sink's requests: engines key requests by (sink, id, attempt) and never
+// compare ids of different sinks. So two clients (actors of one process,
+// two processes, two nodes) never collide, however they number their
+// requests, because their sinks differ; and a request that is resubmitted
+// (after an admission timeout, a failover or backpressure) is a new attempt,
+// which never collides with an earlier attempt that an engine still holds or
+// is still cancelling.
+//
+// A RequestActor is the sink of its request for every engine it tries, and
+// numbers the attempts; a RemoteEngineCoreActor proxy is the sink of every
+// request it forwards and gives each one an id of its own on the remote
+// engine. Every chunk and error names its request's id and attempt, and the
+// index of its first token, so a receiver drops what is stale or repeated.
+
 namespace caflm {
 
 /// Why a request failed. Crosses the network, so codes are stable numbers.
 enum class InferenceErrorCode : std::uint8_t {
-  /// The engine's waiting queue is full; try again or elsewhere.
+  /// The engine's waiting queue is full; try again later or elsewhere.
   backpressure = 1,
   /// The request is malformed (empty prompt, absurd sampling values, ...).
   bad_request = 2,
-  /// The prompt does not fit in the model's context.
+  /// The prompt does not fit in the engine's context or KV cache.
   context_length_exceeded = 3,
   /// The request was cancelled.
   cancelled = 4,
-  /// No engine can serve the request now.
+  /// No engine can serve the request now (none known, or it was lost).
   engine_unavailable = 5,
-  /// A fault inside the engine.
+  /// A fault that another engine would meet too (a model that produces NaN).
   internal = 6,
+  /// The engine failed while serving the request (a failed step, a device
+  /// error): another engine can serve it.
+  engine_fault = 7,
+  /// The request's deadline passed before it finished.
+  deadline_exceeded = 8,
 };
 
 const char* to_string(InferenceErrorCode code);
 
-/// A failed request, sent to its token sink or returned as an admission.
+/// Whether a request that failed with `code` may succeed elsewhere or later:
+/// backpressure, engine_unavailable and engine_fault. The others are final:
+/// the request's own fault, or its client's decision.
+bool retryable(InferenceErrorCode code);
+
+/// A failed request, sent to its token sink or returned in an admission.
 struct InferenceError {
   std::uint64_t request_id = 0;
+  std::uint32_t attempt = 0;
   InferenceErrorCode code = InferenceErrorCode::internal;
   std::string message;
 };
 
 /// A generation request as it travels between actors.
 struct GenerateRequest {
+  /// The request's id for its sink (see "Request identity" above).
   std::uint64_t id = 0;
+  /// Which submission of the request this is, 0 first.
+  std::uint32_t attempt = 0;
   /// The prompt as text (tokenized by the engine, BOS as the model says)...
   std::string prompt;
   /// ... or as token ids, used when not empty.
@@ -60,6 +96,10 @@ struct Usage {
 /// Tokens of one request produced in one step.
 struct TokenChunk {
   std::uint64_t request_id = 0;
+  std::uint32_t attempt = 0;
+  /// Index of `tokens[0]` among all the request's generated tokens, those
+  /// of earlier attempts included: a receiver that already holds it drops it.
+  std::uint32_t first_token = 0;
   /// The prompt's token ids, on a request's first chunk from an engine.
   std::vector<TokenId> prompt_tokens;
   std::vector<TokenId> tokens;
@@ -83,6 +123,7 @@ struct TokenBatch {
 /// The answer to `add`: accepted, or refused with a reason.
 struct Admission {
   std::uint64_t request_id = 0;
+  std::uint32_t attempt = 0;
   bool accepted = false;
   InferenceError error;
 };
@@ -91,9 +132,17 @@ struct Admission {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
+  // CAF 0.17 cannot serialize std::optional: the seed travels as a flag and
+  // a value, put back together after loading.
+  bool seeded = x.seed.has_value();
+  std::uint64_t seed = x.seed.value_or(0);
+  auto restore_seed = caf::meta::load_callback([&x, &seeded, &seed]() -> caf::error {
+    x.seed = seeded ? std::optional<std::uint64_t>(seed) : std::nullopt;
+    return caf::none;
+  });
   return f(caf::meta::type_name("caflm::SamplingParams"), x.max_tokens, x.temperature, x.top_k,
            x.top_p, x.min_p, x.repetition_penalty, x.presence_penalty, x.frequency_penalty,
-           x.penalty_last_n, x.seed, x.stop, x.ignore_eos, x.top_logprobs);
+           x.penalty_last_n, seeded, seed, x.stop, x.ignore_eos, x.top_logprobs, restore_seed);
 }
 
 template <class Inspector>
@@ -103,13 +152,14 @@ typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, InferenceError& x) {
-  return f(caf::meta::type_name("caflm::InferenceError"), x.request_id, x.code, x.message);
+  return f(caf::meta::type_name("caflm::InferenceError"), x.request_id, x.attempt, x.code,
+           x.message);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GenerateRequest& x) {
-  return f(caf::meta::type_name("caflm::GenerateRequest"), x.id, x.prompt, x.prompt_tokens,
-           x.params, x.priority, x.generated);
+  return f(caf::meta::type_name("caflm::GenerateRequest"), x.id, x.attempt, x.prompt,
+           x.prompt_tokens, x.params, x.priority, x.generated);
 }
 
 template <class Inspector>
@@ -120,8 +170,8 @@ typename Inspector::result_type inspect(Inspector& f, Usage& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenChunk& x) {
-  return f(caf::meta::type_name("caflm::TokenChunk"), x.request_id, x.prompt_tokens, x.tokens,
-           x.text, x.logprobs, x.top_logprobs, x.finish, x.usage);
+  return f(caf::meta::type_name("caflm::TokenChunk"), x.request_id, x.attempt, x.first_token,
+           x.prompt_tokens, x.tokens, x.text, x.logprobs, x.top_logprobs, x.finish, x.usage);
 }
 
 template <class Inspector>
@@ -131,7 +181,7 @@ typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Admission& x) {
-  return f(caf::meta::type_name("caflm::Admission"), x.request_id, x.accepted, x.error);
+  return f(caf::meta::type_name("caflm::Admission"), x.request_id, x.attempt, x.accepted, x.error);
 }
 
 template <class Inspector>

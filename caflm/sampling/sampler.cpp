@@ -21,11 +21,14 @@ float sanitized(float logit) {
 }
 
 /// log(sum(exp(logits))) over [vocab_size] logits, summed in id order so the result is the same
-/// on every platform.
-float log_sum_exp(const float* logits, std::size_t vocab_size) {
+/// on every platform; `nan_count` receives how many of them are NaN.
+float log_sum_exp(const float* logits, std::size_t vocab_size, std::uint32_t& nan_count) {
   float max_logit = kNegativeInfinity;
-  for (std::size_t id = 0; id < vocab_size; ++id)
+  nan_count = 0;
+  for (std::size_t id = 0; id < vocab_size; ++id) {
+    nan_count += std::isnan(logits[id]) ? 1 : 0;
     max_logit = std::max(max_logit, sanitized(logits[id]));
+  }
   double sum = 0.0;
   for (std::size_t id = 0; id < vocab_size; ++id)
     sum += std::exp(sanitized(logits[id]) - max_logit);
@@ -51,7 +54,8 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& params,
                              const TokenId* history, std::size_t history_len, std::uint64_t step,
                              const TokenId* banned, std::size_t n_banned,
                              TokenLogprob* top_logprobs_out) {
-  const float log_normalizer = log_sum_exp(logits, vocab_size_);
+  std::uint32_t nan_logits = 0;
+  const float log_normalizer = log_sum_exp(logits, vocab_size_, nan_logits);
   if (params.top_logprobs > 0 && top_logprobs_out != nullptr)
     fill_top_logprobs(logits, log_normalizer, params.top_logprobs, top_logprobs_out);
 
@@ -64,7 +68,7 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& params,
   const TokenId token = greedy || !std::isfinite(candidates_[best_].logit)
                             ? candidates_[best_].id
                             : draw(count, params, step);
-  return {token, sanitized(logits[token]) - log_normalizer};
+  return {token, sanitized(logits[token]) - log_normalizer, nan_logits};
 }
 
 std::size_t Sampler::build_candidates(const float* logits, const SamplingParams& params,
@@ -137,7 +141,7 @@ TokenId Sampler::draw(std::size_t count, const SamplingParams& params, std::uint
   double mass = 0.0;
   for (std::size_t i = 0; i < count; ++i)
     mass += std::exp((candidates_[i].logit - max_logit) * inverse_temperature);
-  const double target = static_cast<double>(counter_uniform(params.seed, step)) * mass;
+  const double target = static_cast<double>(counter_uniform(params.seed.value_or(0), step)) * mass;
 
   double cumulative = 0.0;
   for (std::size_t i = 0; i < count; ++i) {

@@ -20,6 +20,9 @@ struct TokenLogprob {
 struct SampleResult {
   TokenId token;
   float logprob;
+  /// Logits of the row that were NaN (sampled around as -infinity). A
+  /// working model produces none: callers treat any as a broken model.
+  std::uint32_t nan_logits = 0;
 };
 
 /// Chooses the next token from a row of logits. The chain follows llama.cpp's order:
@@ -40,7 +43,8 @@ class Sampler {
   std::size_t vocab_size() const { return vocab_size_; }
 
   /// Samples one token.
-  /// - logits: [vocab_size] raw logits, not modified. NaN counts as -infinity.
+  /// - logits: [vocab_size] raw logits, not modified. NaN counts as -infinity, and the result
+  ///   says how many there were.
   /// - history: [history_len] prompt + generated tokens so far, read for penalties. Ids outside
   ///   the vocabulary are ignored here and in `banned`.
   /// - step: index of the token being generated (0 for the first one), the RNG position.

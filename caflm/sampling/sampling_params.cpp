@@ -1,8 +1,14 @@
 #include "caflm/sampling/sampling_params.hpp"
 
 #include <cmath>
+#include <random>
 
 namespace caflm {
+
+std::uint64_t random_seed() {
+  std::random_device entropy;
+  return (std::uint64_t{entropy()} << 32) | entropy();
+}
 
 std::optional<std::string> validate(const SamplingParams& params) {
   // Comparisons are written so that NaN fails them: !(x >= lo) is true for NaN.

@@ -30,7 +30,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   /// Penalty window over prompt + generated tokens: the last n; -1 = whole context, 0 = disabled.
   std::int32_t penalty_last_n = 64;
-  std::uint64_t seed = 0;
+  /// The draws' seed. Unset: a random one is drawn (random_seed) and
+  /// recorded in the request before the first token, so that a request
+  /// resumed elsewhere after a failure continues with the same draws.
+  std::optional<std::uint64_t> seed;
   /// Stop strings; the engine matches them on detokenized text.
   std::vector<std::string> stop;
   /// Keep generating past end-of-sequence: the engine then bans eos in the sampler.
@@ -41,6 +44,10 @@ struct SamplingParams {
 
 /// The upper bound of SamplingParams::top_logprobs (OpenAI's).
 inline constexpr std::uint32_t kMaxTopLogprobs = 20;
+
+/// A seed from the operating system's entropy source, for requests that
+/// set none.
+std::uint64_t random_seed();
 
 /// Returns why `params` is unusable (out-of-range or NaN values), or std::nullopt when valid.
 std::optional<std::string> validate(const SamplingParams& params);
