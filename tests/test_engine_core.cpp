@@ -1,8 +1,10 @@
-// EngineCoreActor: admission (priority, then arrival), backpressure at
-// exactly the queue's capacity, at most max_concurrent requests in the
-// worker, cancellation, the LoadReport and refusals of bad requests. Most
-// cases run on CAF's deterministic scheduler with a stand-in worker the test
-// controls; the last ones run the real worker over a FakeBackend.
+// EngineCoreActor on CAF's deterministic scheduler, with a stand-in worker
+// the test controls: admission (priority, then arrival), backpressure at
+// exactly the queue's capacity and before any tokenizing, at most
+// max_concurrent requests in the worker, cancellation, the LoadReport
+// (answered while prompts are tokenized), refusals of bad requests,
+// request identity (sink, id, attempt), and waiting requests whose sink
+// dies. test_worker.cpp runs the real worker.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,11 +20,15 @@
 
 #include "caflm/actors/engine_core_actor.hpp"
 #include "caflm/messages/type_registry.hpp"
-#include "support/actor_harness.hpp"
+#include "tests/support/scripted_actors.hpp"
 
 using namespace caflm;
 using caflm::testing::deterministic;
+using caflm::testing::fake_config;
 using caflm::testing::make_fake_engine;
+using caflm::testing::make_request;
+using caflm::testing::recording_sink;
+using caflm::testing::SinkLog;
 
 namespace {
 
@@ -39,6 +45,15 @@ struct WorkerLog {
   /// Added and not yet reported done.
   std::set<std::uint64_t> running;
   std::vector<std::uint64_t> cancelled;
+  /// Everything received, by the engine's ids: for requests of one id from
+  /// several sinks.
+  struct Received {
+    std::uint64_t engine_id;
+    GenerateRequest request;
+    token_sink sink;
+  };
+  std::vector<Received> received;
+  std::vector<std::uint64_t> cancelled_engine_ids;
 };
 
 worker_actor::behavior_type stand_in_worker(worker_actor::pointer, std::shared_ptr<WorkerLog> log) {
@@ -46,11 +61,13 @@ worker_actor::behavior_type stand_in_worker(worker_actor::pointer, std::shared_p
       [log](add_atom, std::uint64_t engine_id, const GenerateRequest& request,
             const token_sink& sink) {
         log->added.push_back(request.id);
+        log->received.push_back({engine_id, request, sink});
         log->engine_ids[request.id] = engine_id;
         log->sinks[request.id] = sink;
         log->running.insert(request.id);
       },
       [log](cancel_atom, std::uint64_t engine_id) {
+        log->cancelled_engine_ids.push_back(engine_id);
         for (const auto& [id, engine] : log->engine_ids)
           if (engine == engine_id)
             log->cancelled.push_back(id);
@@ -59,47 +76,11 @@ worker_actor::behavior_type stand_in_worker(worker_actor::pointer, std::shared_p
   };
 }
 
-/// What a sink received.
-struct SinkLog {
-  std::vector<TokenChunk> chunks;
-  std::vector<InferenceError> errors;
-};
-
-token_sink::behavior_type recording_sink(token_sink::pointer, std::shared_ptr<SinkLog> log) {
-  return {
-      [log](const TokenBatch& batch) {
-        log->chunks.insert(log->chunks.end(), batch.chunks.begin(), batch.chunks.end());
-      },
-      [log](const InferenceError& error) { log->errors.push_back(error); },
-  };
-}
-
-EngineConfig fake_config() {
-  EngineConfig config;
-  config.scheduler.max_requests = 64;
-  config.scheduler.max_running = 64;
-  config.scheduler.max_context = 64;
-  config.scheduler.block_size = 8;
-  config.scheduler.token_budget = 128;
-  config.kv_blocks = 100;
-  return config;
-}
-
 /// The KV state of an idle engine, as the worker reports it.
 LoadReport idle_kv() {
   LoadReport kv;
   kv.free_blocks = kv.total_blocks = fake_config().kv_blocks;
   return kv;
-}
-
-GenerateRequest make_request(std::uint64_t id, std::int32_t priority = 0) {
-  GenerateRequest request;
-  request.id = id;
-  request.prompt = "Hello there, request " + std::to_string(id);
-  request.params.temperature = 0.0f;
-  request.params.max_tokens = 8;
-  request.priority = priority;
-  return request;
 }
 
 /// An engine core whose worker is a stand-in, on the testing scheduler.
@@ -130,6 +111,23 @@ struct CoreFixture {
   static caf::actor_system_config& init(caf::actor_system_config& c) {
     add_message_types(c);
     return deterministic(c);
+  }
+
+  /// Runs every job but the tokenizer's: prompts it was handed stay
+  /// untokenized until the test runs everything.
+  void run_without_tokenizer() {
+    for (;;) {
+      auto next = std::find_if(sched.jobs.begin(), sched.jobs.end(), [](caf::resumable* job) {
+        auto* actor = dynamic_cast<caf::local_actor*>(job);
+        return actor == nullptr || std::string(actor->name()) != "caflm.tokenizer";
+      });
+      if (next == sched.jobs.end())
+        return;
+      caf::resumable* job = *next;
+      sched.jobs.erase(next);
+      sched.jobs.push_front(job);
+      sched.run_once();
+    }
   }
 
   /// A fresh recording sink for request `id`.
@@ -164,13 +162,16 @@ struct CoreFixture {
     return **admission;
   }
 
-  LoadReport load() {
+  LoadReport load(bool run_tokenizer = true) {
     auto report = std::make_shared<std::optional<LoadReport>>();
     sys.spawn([=, core = core](caf::event_based_actor* self) {
       self->request(core, caf::infinite, get_load_atom::value)
           .then([report](const LoadReport& answer) { *report = answer; });
     });
-    sched.run();
+    if (run_tokenizer)
+      sched.run();
+    else
+      run_without_tokenizer();
     REQUIRE(report->has_value());
     return **report;
   }
@@ -425,169 +426,98 @@ TEST_CASE("bad requests are refused with a reason and the engine keeps serving")
   CHECK(f.worker->added == std::vector<std::uint64_t>{11});
 }
 
-// -- the real worker, on the threaded scheduler -------------------------------
+TEST_CASE("two clients may use the same request id: each is a request of its own") {
+  CoreFixture f{EngineLimits{4, 8}};
+  token_sink a = f.new_sink(100);
+  token_sink b = f.new_sink(101);
+  REQUIRE(f.add(make_request(1), a).accepted);
+  REQUIRE(f.add(make_request(1), b).accepted);
+  const auto& received = f.worker->received;
+  REQUIRE(received.size() == 2);
+  CHECK(received[0].sink == a);
+  CHECK(received[1].sink == b);
+  CHECK(received[0].engine_id != received[1].engine_id);
+  CHECK(received[0].request.id == 1);
+  CHECK(received[1].request.id == 1);
 
-namespace {
-
-struct ThreadedFixture {
-  ThreadedFixture()
-    : sys(init(cfg))
-    , self(sys) {}
-
-  ~ThreadedFixture() {
-    for (auto& core : cores)
-      self->send_exit(core, caf::exit_reason::user_shutdown);
-  }
-
-  static caf::actor_system_config& init(caf::actor_system_config& c) {
-    add_message_types(c);
-    c.set("logger.file-verbosity", caf::atom("quiet"));
-    return c;
-  }
-
-  engine_core_actor spawn(std::shared_ptr<InferenceEngine> engine, EngineLimits limits) {
-    cores.push_back(spawn_engine_core(sys, std::move(engine), limits));
-    return cores.back();
-  }
-
-  token_sink as_sink() { return caf::actor_cast<token_sink>(self); }
-
-  Admission add(const engine_core_actor& core, GenerateRequest request) {
-    Admission admission;
-    std::string failure;
-    self->request(core, caf::infinite, add_atom::value, std::move(request), as_sink())
-        .receive([&](const Admission& answer) { admission = answer; },
-                 [&](const caf::error& error) { failure = sys.render(error); });
-    REQUIRE(failure.empty());
-    return admission;
-  }
-
-  LoadReport load(const engine_core_actor& core) {
-    LoadReport report;
-    std::string failure;
-    self->request(core, caf::infinite, get_load_atom::value)
-        .receive([&](const LoadReport& answer) { report = answer; },
-                 [&](const caf::error& error) { failure = sys.render(error); });
-    REQUIRE(failure.empty());
-    return report;
-  }
-
-  /// Asks for the load until `done` holds (the worker's reports reach the
-  /// core on their own schedule); fails after a generous deadline.
-  template <class Predicate>
-  LoadReport await_load(const engine_core_actor& core, Predicate done) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    LoadReport report = load(core);
-    while (!done(report) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      report = load(core);
-    }
-    return report;
-  }
-
-  /// Receives chunks for this sink until one ends a request; returns them
-  /// all. An error, or nothing for 30 s, fails the test.
-  std::vector<TokenChunk> receive_until_finish() {
-    std::vector<TokenChunk> chunks;
-    bool finished = false;
-    std::string failure;
-    while (!finished && failure.empty()) {
-      self->receive(
-          [&](const TokenBatch& batch) {
-            for (const TokenChunk& chunk : batch.chunks) {
-              chunks.push_back(chunk);
-              finished = finished || chunk.finish != FinishReason::None;
-            }
-          },
-          [&](const InferenceError& error) { failure = error.message; },
-          caf::after(std::chrono::seconds(30)) >> [&] { failure = "no chunk for 30 s"; });
-    }
-    REQUIRE(failure.empty());
-    return chunks;
-  }
-
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
-  caf::scoped_actor self;
-  std::vector<engine_core_actor> cores;
-};
-
-} // namespace
-
-TEST_CASE("a request streams through the core and the real worker as the engine makes it") {
-  const EngineConfig config = fake_config();
-  auto request = make_request(1);
-  request.params.max_tokens = 12;
-  request.params.ignore_eos = true;
-
-  // The same request on an engine driven directly.
-  auto direct = make_fake_engine(config);
-  const Tokenizer& tokenizer = direct->tokenizer();
-  GenerationRequest generation{request.id,
-                               tokenizer.encode(request.prompt, tokenizer.vocabulary().add_bos()),
-                               request.params,
-                               {}};
-  const std::vector<TokenId> prompt = generation.prompt;
-  REQUIRE_FALSE(direct->add(generation));
-  std::vector<TokenEvent> expected;
-  while (direct->has_work())
-    for (TokenEvent& event : direct->step())
-      expected.push_back(std::move(event));
-  REQUIRE(expected.size() == 12);
-
-  ThreadedFixture f;
-  auto core = f.spawn(make_fake_engine(config), EngineLimits{4, 8});
-  REQUIRE(f.add(core, request).accepted);
-  const std::vector<TokenChunk> chunks = f.receive_until_finish();
-
-  REQUIRE(chunks.size() == expected.size());
-  CHECK(chunks.front().prompt_tokens == prompt);
-  for (std::size_t i = 0; i < chunks.size(); ++i) {
-    INFO("token " << i);
-    CHECK(chunks[i].request_id == 1);
-    CHECK(chunks[i].tokens == std::vector<TokenId>{expected[i].token});
-    CHECK(chunks[i].text == expected[i].text);
-    CHECK(chunks[i].finish == expected[i].finish);
-  }
-  CHECK(chunks.back().finish == FinishReason::Length);
-  CHECK(chunks.back().usage.prompt_tokens == prompt.size());
-  CHECK(chunks.back().usage.completion_tokens == 12);
-
-  LoadReport idle = f.await_load(core, [](const LoadReport& r) { return r.running == 0; });
-  CHECK(idle.running == 0);
-  CHECK(idle.waiting == 0);
+  // A cancel names the sink: b's request is untouched.
+  caf::anon_send(f.core, cancel_atom::value, a, std::uint64_t{1}, std::uint32_t{0});
+  f.sched.run();
+  CHECK(f.worker->cancelled_engine_ids == std::vector<std::uint64_t>{received[0].engine_id});
+  // A cancel from a careless or hostile client, with no sink, changes nothing.
+  caf::anon_send(f.core, cancel_atom::value, token_sink{}, std::uint64_t{1}, std::uint32_t{0});
+  f.sched.run();
+  CHECK(f.worker->cancelled_engine_ids.size() == 1);
 }
 
-TEST_CASE("cancelling a running request frees its KV blocks") {
-  EngineConfig config = fake_config();
-  // Room for a long request; no prefix cache, which would keep its blocks.
-  config.scheduler.max_context = 8192;
-  config.kv_blocks = 1100;
-  config.prefix_caching = false;
-  // Paced at >= 1 ms a step, the request cannot end on its own for 8 s.
-  auto engine = make_fake_engine(config, std::chrono::milliseconds(1));
-  ThreadedFixture f;
-  auto core = f.spawn(engine, EngineLimits{2, 4});
-  auto request = make_request(7);
-  request.params.max_tokens = 8000;
-  request.params.ignore_eos = true;
-  REQUIRE(f.add(core, request).accepted);
+TEST_CASE("a resubmission is a new attempt: accepted while the old one is still in the engine") {
+  // A stopped worker wakes up (SIGCONT) holding attempt 0 of a request whose
+  // client already moved on and comes back with attempt 1.
+  CoreFixture f{EngineLimits{4, 8}};
+  token_sink sink = f.new_sink(5);
+  GenerateRequest first = make_request(5);
+  REQUIRE(f.add(first, sink).accepted);
+  GenerateRequest again = first;
+  again.attempt = 1;
+  again.generated = {65, 66};
+  CHECK(f.add(again, sink).accepted);
+  REQUIRE(f.worker->received.size() == 2);
+  CHECK(f.worker->received[1].request.attempt == 1);
+  // The very same attempt twice is a client's bug, refused with a reason.
+  Admission twice = f.add(first, sink);
+  CHECK_FALSE(twice.accepted);
+  CHECK(twice.error.code == InferenceErrorCode::bad_request);
+  CHECK(twice.error.attempt == 0);
+}
 
-  // The worker reports KV use as the request grows.
-  LoadReport busy =
-      f.await_load(core, [](const LoadReport& r) { return r.free_blocks < r.total_blocks; });
-  CHECK(busy.running == 1);
-  CHECK(busy.total_blocks == config.kv_blocks);
-  REQUIRE(busy.free_blocks < busy.total_blocks);
+TEST_CASE("prompts wait for the tokenizer outside the core: the load is answered, a full queue "
+          "refuses at once") {
+  CoreFixture f{EngineLimits{1, 2}};
+  GenerateRequest running = make_request(1);
+  running.prompt_tokens = {65, 66, 67};
+  REQUIRE(f.add(running).accepted);
+  // Two text prompts fill the queue while they wait to be tokenized.
+  auto second = f.send_add(make_request(2), f.new_sink(2));
+  auto third = f.send_add(make_request(3), f.new_sink(3));
+  f.run_without_tokenizer();
+  CHECK_FALSE(second->has_value());
+  CHECK_FALSE(third->has_value());
 
-  f.self->send(core, cancel_atom::value, f.as_sink(), std::uint64_t{7}, std::uint32_t{0});
-  const std::vector<TokenChunk> chunks = f.receive_until_finish();
-  CHECK(chunks.back().request_id == 7);
-  CHECK(chunks.back().finish == FinishReason::Cancelled);
-  CHECK(chunks.size() < request.params.max_tokens);
+  LoadReport load = f.load(false);
+  CHECK(load.running == 1);
+  CHECK(load.waiting == 2);
 
-  LoadReport idle = f.await_load(
-      core, [](const LoadReport& r) { return r.running == 0 && r.free_blocks == r.total_blocks; });
-  CHECK(idle.running == 0);
-  CHECK(idle.free_blocks == idle.total_blocks);
+  // A third is refused before anything is tokenized.
+  auto fourth = f.send_add(make_request(4), f.new_sink(4));
+  f.run_without_tokenizer();
+  REQUIRE(fourth->has_value());
+  CHECK((*fourth)->error.code == InferenceErrorCode::backpressure);
+
+  // One is cancelled while it waits; the other is admitted once tokenized.
+  f.cancel(2);
+  f.sched.run();
+  REQUIRE(second->has_value());
+  CHECK_FALSE((*second)->accepted);
+  CHECK((*second)->error.code == InferenceErrorCode::cancelled);
+  REQUIRE(third->has_value());
+  CHECK((*third)->accepted);
+  f.finish({1});
+  CHECK(f.worker->added == std::vector<std::uint64_t>{1, 3});
+  CHECK_FALSE(f.worker->received.back().request.prompt_tokens.empty());
+}
+
+TEST_CASE("a waiting request whose sink dies leaves the queue at once") {
+  CoreFixture f{EngineLimits{1, 2}};
+  REQUIRE(f.add(make_request(1)).accepted);
+  REQUIRE(f.add(make_request(2)).accepted);
+  REQUIRE(f.add(make_request(3)).accepted);
+  CHECK(f.load().waiting == 2);
+  caf::anon_send_exit(f.sink_of[2], caf::exit_reason::kill);
+  f.sched.run();
+  // Its place in the queue is free at once, not when the worker reaches it.
+  CHECK(f.load().waiting == 1);
+  CHECK(f.add(make_request(4)).accepted);
+  f.finish({1});
+  f.finish({3});
+  CHECK(f.worker->added == std::vector<std::uint64_t>{1, 3, 4});
 }

@@ -33,3 +33,5 @@ add_test(NAME install_and_embed
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/install_and_embed.sh ${CMAKE_BINARY_DIR} ${PROJECT_SOURCE_DIR}
           ${CMAKE_CURRENT_BINARY_DIR}/install_and_embed)
 caflm_add_test(test_request_actor caflm_actors)
+caflm_add_test(test_worker caflm_actors)
+caflm_add_test(test_remote_engine caflm_actors)

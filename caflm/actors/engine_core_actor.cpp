@@ -309,10 +309,20 @@ void sink_down(core_pointer self, const caf::actor_addr& sink) {
         orphans.size());
 }
 
-tokenizer_actor::behavior_type tokenizer_behavior(std::shared_ptr<const Tokenizer> tokenizer) {
+struct TokenizerState {
+  std::shared_ptr<const Tokenizer> tokenizer;
+
+  static inline const char* name = "caflm.tokenizer";
+};
+
+tokenizer_actor::behavior_type
+tokenizer_behavior(tokenizer_actor::stateful_pointer<TokenizerState> self,
+                   std::shared_ptr<const Tokenizer> tokenizer) {
+  self->state.tokenizer = std::move(tokenizer);
   return {
-      [tokenizer](tokenize_atom, const std::string& text) {
-        return tokenizer->encode(text, tokenizer->vocabulary().add_bos());
+      [self](tokenize_atom, const std::string& text) {
+        const Tokenizer& tokenizer = *self->state.tokenizer;
+        return tokenizer.encode(text, tokenizer.vocabulary().add_bos());
       },
   };
 }

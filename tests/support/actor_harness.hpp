@@ -12,6 +12,7 @@
 #include <caf/atom.hpp>
 
 #include "caflm/engine/inference_engine.hpp"
+#include "caflm/messages/messages.hpp"
 #include "caflm/text/vocabulary.hpp"
 #include "tests/support/fake_backend.hpp"
 
@@ -51,6 +52,30 @@ make_fake_engine(const EngineConfig& config,
   const auto vocab = static_cast<std::uint32_t>(tokenizer->vocabulary().size());
   return std::make_shared<InferenceEngine>(tokenizer, std::make_unique<PacedBackend>(vocab, pause),
                                            config, 7);
+}
+
+/// A small engine for fake backends: 64 slots, a context of 64 tokens in
+/// blocks of 8, 100 blocks.
+inline EngineConfig fake_config() {
+  EngineConfig config;
+  config.scheduler.max_requests = 64;
+  config.scheduler.max_running = 64;
+  config.scheduler.max_context = 64;
+  config.scheduler.block_size = 8;
+  config.scheduler.token_budget = 128;
+  config.kv_blocks = 100;
+  return config;
+}
+
+/// A greedy request for 8 tokens with a text prompt that names it.
+inline GenerateRequest make_request(std::uint64_t id, std::int32_t priority = 0) {
+  GenerateRequest request;
+  request.id = id;
+  request.prompt = "Hello there, request " + std::to_string(id);
+  request.params.temperature = 0.0f;
+  request.params.max_tokens = 8;
+  request.priority = priority;
+  return request;
 }
 
 /// Configures `cfg` for CAF's deterministic testing scheduler: actors run

@@ -1,0 +1,286 @@
+// The real worker behind an engine core, on the threaded scheduler over fake
+// backends: a request streams as the engine makes it, a cancel frees its KV
+// blocks at once, a failed step ends its requests with engine_fault (which
+// the request actor retries elsewhere) and the engine serves on, and NaN
+// logits end a request with a final error that says so.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/messages/type_registry.hpp"
+#include "tests/support/actor_harness.hpp"
+
+using namespace caflm;
+using caflm::testing::fake_config;
+using caflm::testing::make_fake_engine;
+using caflm::testing::make_request;
+using caflm::testing::test_tokenizer;
+
+namespace {
+
+struct ThreadedFixture {
+  ThreadedFixture()
+    : sys(init(cfg))
+    , self(sys) {}
+
+  ~ThreadedFixture() {
+    for (auto& core : cores)
+      self->send_exit(core, caf::exit_reason::user_shutdown);
+  }
+
+  static caf::actor_system_config& init(caf::actor_system_config& c) {
+    add_message_types(c);
+    c.set("logger.file-verbosity", caf::atom("quiet"));
+    return c;
+  }
+
+  engine_core_actor spawn(std::shared_ptr<InferenceEngine> engine, EngineLimits limits) {
+    cores.push_back(spawn_engine_core(sys, std::move(engine), limits));
+    return cores.back();
+  }
+
+  token_sink as_sink() { return caf::actor_cast<token_sink>(self); }
+
+  Admission add(const engine_core_actor& core, GenerateRequest request) {
+    Admission admission;
+    std::string failure;
+    self->request(core, caf::infinite, add_atom::value, std::move(request), as_sink())
+        .receive([&](const Admission& answer) { admission = answer; },
+                 [&](const caf::error& error) { failure = sys.render(error); });
+    REQUIRE(failure.empty());
+    return admission;
+  }
+
+  LoadReport load(const engine_core_actor& core) {
+    LoadReport report;
+    std::string failure;
+    self->request(core, caf::infinite, get_load_atom::value)
+        .receive([&](const LoadReport& answer) { report = answer; },
+                 [&](const caf::error& error) { failure = sys.render(error); });
+    REQUIRE(failure.empty());
+    return report;
+  }
+
+  /// Asks for the load until `done` holds (the worker's reports reach the
+  /// core on their own schedule); fails after a generous deadline.
+  template <class Predicate>
+  LoadReport await_load(const engine_core_actor& core, Predicate done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    LoadReport report = load(core);
+    while (!done(report) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      report = load(core);
+    }
+    return report;
+  }
+
+  /// Receives chunks for this sink until one ends a request or an error
+  /// arrives; nothing for 30 s fails the test.
+  std::vector<TokenChunk> receive_until_end(std::optional<InferenceError>& error) {
+    std::vector<TokenChunk> chunks;
+    bool finished = false;
+    bool silent = false;
+    while (!finished && !error && !silent) {
+      self->receive(
+          [&](const TokenBatch& batch) {
+            for (const TokenChunk& chunk : batch.chunks) {
+              chunks.push_back(chunk);
+              finished = finished || chunk.finish != FinishReason::None;
+            }
+          },
+          [&](const InferenceError& e) { error = e; },
+          caf::after(std::chrono::seconds(30)) >> [&] { silent = true; });
+    }
+    REQUIRE_FALSE(silent);
+    return chunks;
+  }
+
+  /// As above, where an error fails the test.
+  std::vector<TokenChunk> receive_until_finish() {
+    std::optional<InferenceError> error;
+    std::vector<TokenChunk> chunks = receive_until_end(error);
+    INFO((error ? error->message : std::string()));
+    REQUIRE_FALSE(error);
+    return chunks;
+  }
+
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  caf::scoped_actor self;
+  std::vector<engine_core_actor> cores;
+};
+
+} // namespace
+
+TEST_CASE("a request streams through the core and the real worker as the engine makes it") {
+  const EngineConfig config = fake_config();
+  auto request = make_request(1);
+  request.params.max_tokens = 12;
+  request.params.ignore_eos = true;
+
+  // The same request on an engine driven directly.
+  auto direct = make_fake_engine(config);
+  const Tokenizer& tokenizer = direct->tokenizer();
+  GenerationRequest generation{request.id,
+                               tokenizer.encode(request.prompt, tokenizer.vocabulary().add_bos()),
+                               request.params,
+                               {}};
+  const std::vector<TokenId> prompt = generation.prompt;
+  REQUIRE_FALSE(direct->add(generation));
+  std::vector<TokenEvent> expected;
+  while (direct->has_work())
+    for (TokenEvent& event : direct->step())
+      expected.push_back(std::move(event));
+  REQUIRE(expected.size() == 12);
+
+  ThreadedFixture f;
+  auto core = f.spawn(make_fake_engine(config), EngineLimits{4, 8});
+  REQUIRE(f.add(core, request).accepted);
+  const std::vector<TokenChunk> chunks = f.receive_until_finish();
+
+  REQUIRE(chunks.size() == expected.size());
+  CHECK(chunks.front().prompt_tokens == prompt);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    INFO("token " << i);
+    CHECK(chunks[i].request_id == 1);
+    CHECK(chunks[i].tokens == std::vector<TokenId>{expected[i].token});
+    CHECK(chunks[i].text == expected[i].text);
+    CHECK(chunks[i].finish == expected[i].finish);
+  }
+  CHECK(chunks.back().finish == FinishReason::Length);
+  CHECK(chunks.back().usage.prompt_tokens == prompt.size());
+  CHECK(chunks.back().usage.completion_tokens == 12);
+
+  LoadReport idle = f.await_load(core, [](const LoadReport& r) { return r.running == 0; });
+  CHECK(idle.running == 0);
+  CHECK(idle.waiting == 0);
+}
+
+TEST_CASE("cancelling a running request frees its KV blocks") {
+  EngineConfig config = fake_config();
+  // Room for a long request; no prefix cache, which would keep its blocks.
+  config.scheduler.max_context = 8192;
+  config.kv_blocks = 1100;
+  config.prefix_caching = false;
+  // Paced at >= 1 ms a step, the request cannot end on its own for 8 s.
+  auto engine = make_fake_engine(config, std::chrono::milliseconds(1));
+  ThreadedFixture f;
+  auto core = f.spawn(engine, EngineLimits{2, 4});
+  auto request = make_request(7);
+  request.params.max_tokens = 8000;
+  request.params.ignore_eos = true;
+  REQUIRE(f.add(core, request).accepted);
+
+  // The worker reports KV use as the request grows.
+  LoadReport busy =
+      f.await_load(core, [](const LoadReport& r) { return r.free_blocks < r.total_blocks; });
+  CHECK(busy.running == 1);
+  CHECK(busy.total_blocks == config.kv_blocks);
+  REQUIRE(busy.free_blocks < busy.total_blocks);
+
+  f.self->send(core, cancel_atom::value, f.as_sink(), std::uint64_t{7}, std::uint32_t{0});
+  const std::vector<TokenChunk> chunks = f.receive_until_finish();
+  CHECK(chunks.back().request_id == 7);
+  CHECK(chunks.back().finish == FinishReason::Cancelled);
+  CHECK(chunks.size() < request.params.max_tokens);
+
+  LoadReport idle = f.await_load(
+      core, [](const LoadReport& r) { return r.running == 0 && r.free_blocks == r.total_blocks; });
+  CHECK(idle.running == 0);
+  CHECK(idle.free_blocks == idle.total_blocks);
+}
+
+namespace {
+
+/// A fake backend that fails chosen launches, or writes NaN into the logits
+/// of chosen ones. The test arms it from its own thread.
+class FaultyBackend : public caflm::testing::FakeBackend {
+ public:
+  explicit FaultyBackend(std::uint32_t vocab)
+    : FakeBackend(vocab) {}
+
+  Expected<RaggedBatchReceipt, BackendError>
+  execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, float* logits) override {
+    const std::uint32_t launch = ++launch_count;
+    if (launch == fail_launch.load())
+      return BackendError::DeviceFailure;
+    auto receipt = FakeBackend::execute(batch, outputs, logits);
+    if (launch >= nan_from_launch.load())
+      for (std::uint32_t i = 0; i < batch.item_count; ++i)
+        logits[std::size_t{i} * vocab_size() + 3] = std::numeric_limits<float>::quiet_NaN();
+    return receipt;
+  }
+
+  std::atomic<std::uint32_t> launch_count{0};
+  std::atomic<std::uint32_t> fail_launch{0};
+  std::atomic<std::uint32_t> nan_from_launch{UINT32_MAX};
+};
+
+std::shared_ptr<InferenceEngine> faulty_engine(FaultyBackend*& backend) {
+  auto tokenizer = test_tokenizer();
+  auto owned =
+      std::make_unique<FaultyBackend>(static_cast<std::uint32_t>(tokenizer->vocabulary().size()));
+  backend = owned.get();
+  EngineConfig config = fake_config();
+  config.prefix_caching = false; // so that every block is free once idle
+  return std::make_shared<InferenceEngine>(tokenizer, std::move(owned), config, 7);
+}
+
+} // namespace
+
+TEST_CASE("a failed step ends its requests with engine_fault and the engine serves on") {
+  FaultyBackend* backend = nullptr;
+  ThreadedFixture f;
+  auto core = f.spawn(faulty_engine(backend), EngineLimits{4, 8});
+  backend->fail_launch = 4; // prefill, two decodes, then the fault
+  auto request = make_request(3);
+  request.params.max_tokens = 20;
+  request.params.ignore_eos = true;
+  REQUIRE(f.add(core, request).accepted);
+  std::optional<InferenceError> error;
+  const std::vector<TokenChunk> chunks = f.receive_until_end(error);
+  CHECK(chunks.size() == 3);
+  REQUIRE(error);
+  CHECK(error->request_id == 3);
+  CHECK(error->attempt == 0);
+  // The engine's fault, not the request's: a request actor retries it.
+  CHECK(error->code == InferenceErrorCode::engine_fault);
+  CHECK(retryable(error->code));
+  CHECK(error->message.find("step failed") != std::string::npos);
+  CHECK(error->message.find("KV cache") == std::string::npos);
+
+  // The next request is served in full, and everything was freed.
+  request.id = 4;
+  REQUIRE(f.add(core, request).accepted);
+  CHECK(f.receive_until_finish().size() == 20);
+  LoadReport idle = f.await_load(
+      core, [](const LoadReport& r) { return r.running == 0 && r.free_blocks == r.total_blocks; });
+  CHECK(idle.free_blocks == idle.total_blocks);
+}
+
+TEST_CASE("NaN logits end a request with a final error that says so, not with token 0") {
+  FaultyBackend* backend = nullptr;
+  ThreadedFixture f;
+  auto core = f.spawn(faulty_engine(backend), EngineLimits{4, 8});
+  backend->nan_from_launch = 3;
+  auto request = make_request(5);
+  request.params.max_tokens = 20;
+  request.params.ignore_eos = true;
+  REQUIRE(f.add(core, request).accepted);
+  std::optional<InferenceError> error;
+  const std::vector<TokenChunk> chunks = f.receive_until_end(error);
+  CHECK(chunks.size() == 2);
+  for (const TokenChunk& chunk : chunks)
+    CHECK(chunk.tokens != std::vector<TokenId>{0});
+  REQUIRE(error);
+  CHECK(error->code == InferenceErrorCode::internal);
+  CHECK_FALSE(retryable(error->code));
+  CHECK(error->message.find("NaN") != std::string::npos);
+}
