@@ -35,12 +35,16 @@ struct BenchResult {
 BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOptions& options,
                     std::uint32_t concurrency) {
   using clock = std::chrono::steady_clock;
-  EngineConfig config = cpu_engine_config(*model, options.prompt_tokens + options.gen_tokens + 16);
+  CpuEngineOptions sizing;
+  sizing.max_context = options.prompt_tokens + options.gen_tokens + 1; // checked in run_bench
+  sizing.max_requests = sizing.max_running = std::max(concurrency, 1u);
+  // KV blocks for every sequence at full length, and one spare.
+  const std::uint64_t pages = (std::uint64_t{sizing.max_context} + 15) / 16;
+  const std::uint64_t blocks = std::uint64_t{concurrency} * pages + 1;
+  const ModelConfig& m = model->config();
+  sizing.kv_cache_bytes = blocks * 2 * m.n_layers * 16 * std::uint64_t{m.kv_dim()} * sizeof(float);
+  EngineConfig config = cpu_engine_config(*model, sizing);
   config.prefix_caching = false;
-  config.scheduler.max_requests = std::max(concurrency, 1u);
-  config.scheduler.max_running = config.scheduler.max_requests;
-  const std::uint32_t pages = config.scheduler.max_pages();
-  config.kv_blocks = std::max(config.kv_blocks, concurrency * pages + 1);
   auto engine = make_cpu_engine(model, config);
 
   std::mt19937 rng(concurrency);
@@ -86,6 +90,13 @@ void run_bench(const BenchOptions& options) {
     if (b == 0)
       throw std::invalid_argument("--concurrency sizes must be at least 1");
   auto model = Model::load(options.model);
+  // A sequence holds the prompt and every generated token but the last.
+  const std::uint64_t sequence = std::uint64_t{options.prompt_tokens} + options.gen_tokens + 1;
+  if (sequence > model->config().context_length)
+    throw std::invalid_argument(
+        "--prompt-tokens " + std::to_string(options.prompt_tokens) + " and --gen-tokens " +
+        std::to_string(options.gen_tokens) + " need a context of " + std::to_string(sequence) +
+        " tokens; the model's holds " + std::to_string(model->config().context_length));
   // Warm-up, as llama.cpp's batched-bench does: the first pass pages the
   // mapped weights in, which no measured size should pay for.
   BenchOptions warm_up = options;

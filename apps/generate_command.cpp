@@ -1,5 +1,14 @@
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fmt/format.h>
 #include <fstream>
+#include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -8,6 +17,8 @@
 
 #include "apps/actor_runtime.hpp"
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
+#include "apps/request_file.hpp"
 #include "caflm/actors/cluster.hpp"
 
 namespace caflm::apps {
@@ -22,6 +33,11 @@ struct GenerateOptions {
   std::uint32_t replicas = 1;
   bool replicas_given = false;
   std::vector<std::string> workers;
+  std::uint64_t kv_cache_mb = 1024;
+  std::uint32_t max_context = 0;
+  std::uint32_t max_in_flight = 64;
+  double deadline_s = 0;
+  double connect_timeout_s = 10;
   bool json = false;
 };
 
@@ -43,84 +59,110 @@ std::string dump(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-/// Reads one JSONL request; the command line's sampling options are the
-/// defaults.
-GenerateRequest parse_request_line(const std::string& line, const SamplingParams& defaults,
-                                   std::size_t line_number, nlohmann::json& id) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("line " + std::to_string(line_number) + ": " + e.what());
-  }
-  if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
-    throw std::invalid_argument("line " + std::to_string(line_number) +
-                                ": expected an object with a string \"prompt\"");
-  id = j.value("id", nlohmann::json(line_number));
-  GenerateRequest request;
-  request.prompt = j["prompt"].get<std::string>();
-  request.params = defaults;
-  try {
-    SamplingParams& p = request.params;
-    p.max_tokens = j.value("max_tokens", p.max_tokens);
-    p.temperature = j.value("temperature", p.temperature);
-    p.top_p = j.value("top_p", p.top_p);
-    p.top_k = j.value("top_k", p.top_k);
-    p.min_p = j.value("min_p", p.min_p);
-    if (j.contains("seed"))
-      p.seed = j["seed"].get<std::uint64_t>();
-    p.ignore_eos = j.value("ignore_eos", p.ignore_eos);
-    if (j.contains("stop"))
-      p.stop = j["stop"].is_string() ? std::vector<std::string>{j["stop"].get<std::string>()}
-                                     : j["stop"].get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("line " + std::to_string(line_number) + ": " + e.what());
-  }
-  return request;
+void print_line(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", dump(j).c_str());
+  std::fflush(stdout);
 }
 
+nlohmann::ordered_json error_json(const nlohmann::json& id, const std::string& code,
+                                  const std::string& message) {
+  nlohmann::ordered_json j;
+  j["id"] = id;
+  j["error"] = {{"code", code}, {"message", message}};
+  return j;
+}
+
+/// Results of requests in flight, handed from the collectors' threads to
+/// the main one.
+class Completions {
+ public:
+  void push(std::size_t index, GenerationResult&& result) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      done_.emplace_back(index, std::move(result));
+    }
+    ready_.notify_one();
+  }
+
+  /// Waits for the next result.
+  std::pair<std::size_t, GenerationResult> pop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait(lock, [this] { return !done_.empty(); });
+    auto next = std::move(done_.front());
+    done_.pop_front();
+    return next;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::pair<std::size_t, GenerationResult>> done_;
+};
+
+/// Streams the request file: at most `max_in_flight` requests at once (the
+/// rest are not even read yet), each answer printed as it completes, in
+/// completion order. Backpressure from the engines only makes requests
+/// wait; nothing is dropped.
 void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
-  std::ifstream in(options.requests_file);
-  if (!in)
-    throw std::runtime_error("cannot read " + options.requests_file);
-  std::vector<std::pair<nlohmann::json, GenerateRequest>> requests;
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (options.requests_file != "-") {
+    if (std::filesystem::is_directory(options.requests_file))
+      throw std::invalid_argument("--requests " + options.requests_file + " is a directory");
+    file.open(options.requests_file);
+    if (!file)
+      throw std::invalid_argument("cannot read --requests " + options.requests_file + ": " +
+                                  std::strerror(errno));
+    in = &file;
+  }
+  // Shared with the collectors, which may outlive this call if it throws.
+  auto completions = std::make_shared<Completions>();
+  std::vector<nlohmann::json> ids; // by submission index
+  std::size_t in_flight = 0;
+  std::size_t failures = 0;
+  auto print_next = [&] {
+    auto [index, r] = completions->pop();
+    --in_flight;
+    if (!r.ok) {
+      ++failures;
+      print_line(error_json(ids[index], to_string(r.error.code), r.error.message));
+      return;
+    }
+    nlohmann::ordered_json j;
+    j["id"] = ids[index];
+    j["tokens"] = r.tokens;
+    j["text"] = r.text;
+    j["finish_reason"] = to_string(r.finish);
+    print_line(j);
+  };
   std::string line;
-  for (std::size_t number = 1; std::getline(in, line); ++number) {
+  for (std::size_t number = 1; std::getline(*in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos)
       continue;
-    nlohmann::json id;
-    GenerateRequest request = parse_request_line(line, options.params, number, id);
-    request.id = requests.size();
-    requests.emplace_back(std::move(id), std::move(request));
-  }
-  // All at once; each answer printed as it completes.
-  std::vector<std::future<GenerationResult>> pending;
-  for (auto& entry : requests)
-    pending.push_back(cluster.generate_async(std::move(entry.second)));
-  int failures = 0;
-  std::vector<bool> printed(requests.size(), false);
-  for (std::size_t done = 0; done < pending.size();) {
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      if (printed[i] ||
-          pending[i].wait_for(std::chrono::milliseconds(1)) != std::future_status::ready)
-        continue;
-      GenerationResult r = pending[i].get();
-      nlohmann::ordered_json j;
-      j["id"] = requests[i].first;
-      if (r.ok) {
-        j["tokens"] = r.tokens;
-        j["text"] = r.text;
-        j["finish_reason"] = to_string(r.finish);
-      } else {
-        ++failures;
-        j["error"] = {{"code", to_string(r.error.code)}, {"message", r.error.message}};
-      }
-      std::printf("%s\n", dump(j).c_str());
-      std::fflush(stdout);
-      printed[i] = true;
-      ++done;
+    RequestLine parsed;
+    try {
+      parsed = parse_request_line(line, number, options.params);
+    } catch (const std::invalid_argument& e) {
+      // Reported as this request's answer; the others still run.
+      ++failures;
+      std::fprintf(stderr, "caflm: %s\n", e.what());
+      print_line(error_json(nlohmann::json(number), "bad_request", e.what()));
+      continue;
     }
+    while (in_flight >= options.max_in_flight)
+      print_next();
+    const std::size_t index = ids.size();
+    ids.push_back(std::move(parsed.id));
+    parsed.request.id = index;
+    ++in_flight;
+    cluster.generate_async(std::move(parsed.request), [completions, index](GenerationResult&& r) {
+      completions->push(index, std::move(r));
+    });
   }
+  if (in->bad())
+    throw std::runtime_error("reading --requests " + options.requests_file + " failed");
+  while (in_flight > 0)
+    print_next();
   if (failures > 0)
     throw std::runtime_error(std::to_string(failures) + " request(s) failed");
 }
@@ -151,6 +193,10 @@ void run_prompt(Cluster& cluster, const GenerateOptions& options) {
   std::printf("%s\n", dump(out).c_str());
 }
 
+std::chrono::milliseconds seconds_option(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
 void run_generate(GenerateOptions& options) {
   if (auto problem = validate(options.params))
     throw std::invalid_argument(*problem);
@@ -166,9 +212,27 @@ void run_generate(GenerateOptions& options) {
     throw std::invalid_argument("local replicas need --model");
   if (cluster_options.replicas == 0 && options.workers.empty())
     throw std::invalid_argument("no engine: give --replicas or --worker");
+  cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
+  cluster_options.max_context = options.max_context;
+  cluster_options.request.deadline = seconds_option(options.deadline_s);
   caf::actor_system_config config;
   caf::actor_system system{configure(config)};
   Cluster cluster{system, cluster_options};
+  if (!options.workers.empty()) {
+    // A worker that refuses or never answers is named now, not after the
+    // first request has waited out its deadline.
+    auto unreachable = cluster.await_workers(seconds_option(options.connect_timeout_s));
+    if (!unreachable.empty() && unreachable.size() == options.workers.size() &&
+        cluster_options.replicas == 0) {
+      std::string list;
+      for (const std::string& worker : unreachable)
+        list += "\n  " + worker;
+      throw std::runtime_error(fmt::format("no worker could be reached within {:g} s:{}",
+                                           options.connect_timeout_s, list));
+    }
+    for (const std::string& worker : unreachable)
+      std::fprintf(stderr, "caflm: going on without worker %s\n", worker.c_str());
+  }
   if (options.requests_file.empty())
     run_prompt(cluster, options);
   else
@@ -183,9 +247,11 @@ void add_generate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt or a JSONL file");
   cmd->add_option("--model", options->model, "GGUF model file (for local replicas)");
   cmd->add_option("--prompt", options->prompt, "Prompt text");
-  cmd->add_option("--requests", options->requests_file,
-                  "JSONL file, one request per line: {\"id\", \"prompt\", \"max_tokens\", "
-                  "\"temperature\", \"top_p\", \"seed\", \"ignore_eos\"}");
+  cmd->add_option("--requests", options->requests_file, kRequestFileHelp);
+  cmd->add_option("--max-in-flight", options->max_in_flight,
+                  "Requests of --requests submitted at once")
+      ->check(at_least_one())
+      ->capture_default_str();
   cmd->add_option_function<std::uint32_t>(
       "--replicas",
       [options](std::uint32_t n) {
@@ -194,7 +260,22 @@ void add_generate_command(CLI::App& app) {
       },
       "Local engines (default 1; 0 with --worker)");
   cmd->add_option("--worker", options->workers, "A caflm worker as HOST:PORT (repeatable)");
+  cmd->add_option("--connect-timeout", options->connect_timeout_s,
+                  "Seconds to wait for the workers to answer before giving up on them")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local replica, MiB")
+      ->check(at_least_one())
+      ->capture_default_str();
+  cmd->add_option("--max-context", options->max_context,
+                  "Longest sequence of a local replica (0: the model's)")
+      ->capture_default_str();
+  cmd->add_option("--deadline", options->deadline_s,
+                  "Seconds a request may take in all, waiting included (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-tokens", p.max_tokens, "Tokens to generate at most")
+      ->check(at_least_one())
       ->capture_default_str();
   cmd->add_option("--temperature", p.temperature, "0 for greedy")->capture_default_str();
   cmd->add_option("--top-k", p.top_k, "Keep the k most likely tokens (0: all)");

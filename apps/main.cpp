@@ -3,10 +3,14 @@
 #include <exception>
 
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"caflm: LLM inference on the C++ Actor Framework"};
   app.require_subcommand(1);
+  caflm::apps::add_log_level_option(app);
+  // Options of the main command may follow a subcommand's name too.
+  app.fallthrough();
   caflm::apps::add_generate_command(app);
   caflm::apps::add_tokenize_command(app);
   caflm::apps::add_make_test_model_command(app);

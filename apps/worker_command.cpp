@@ -2,15 +2,20 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 
 #include "apps/actor_runtime.hpp"
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
 #include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/log.hpp"
 #include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
 
@@ -23,10 +28,38 @@ struct WorkerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
   EngineLimits limits;
-  std::size_t kv_cache_mb = 1024;
+  std::uint64_t kv_cache_mb = 1024;
+  std::uint32_t max_context = 0;
 };
 
+/// The model file, for the SIGBUS handler's message.
+char mapped_model[4096];
+
+/// A read of a mapped page whose file was truncated under the process.
+/// Said plainly, then the process ends: the mapping cannot be repaired.
+extern "C" void on_sigbus(int) {
+  const char head[] = "caflm worker: the model file ";
+  const char tail[] = " shrank or was rewritten while the worker had it mapped (SIGBUS); "
+                      "replace a served model by renaming a new file over it\n";
+  (void)!::write(STDERR_FILENO, head, sizeof(head) - 1);
+  (void)!::write(STDERR_FILENO, mapped_model, std::strlen(mapped_model));
+  (void)!::write(STDERR_FILENO, tail, sizeof(tail) - 1);
+  ::_exit(3);
+}
+
 void run_worker(const WorkerOptions& options) {
+  // An operator runs workers: preemptions, refusals and clients that went
+  // away are worth a line each.
+  default_log_level(LogLevel::Info);
+  if (auto problem = validate(options.limits))
+    throw std::invalid_argument(*problem);
+  CpuEngineOptions sizing;
+  sizing.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
+  sizing.max_context = options.max_context;
+  // Before the model loads, which can take a while: a port in use is an
+  // error now, not after a minute of loading.
+  check_port_free(options.host, options.port);
+
   // Block the stop signals in every thread (CAF's inherit the mask) and
   // wait for them below.
   sigset_t stop_signals;
@@ -36,10 +69,11 @@ void run_worker(const WorkerOptions& options) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto model = Model::load(options.model);
+  std::snprintf(mapped_model, sizeof(mapped_model), "%s", options.model.c_str());
+  std::signal(SIGBUS, on_sigbus);
   caf::actor_system_config config;
   caf::actor_system system{configure(config)};
-  auto engine = spawn_cpu_engine(system, model, load_tokenizer(*model), options.limits,
-                                 options.kv_cache_mb * std::size_t{1} << 20);
+  auto engine = spawn_cpu_engine(system, model, load_tokenizer(*model), options.limits, sizing);
   auto port = system.middleman().publish(engine, options.port, options.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
@@ -49,6 +83,7 @@ void run_worker(const WorkerOptions& options) {
   // Tests and scripts read this line to learn the port.
   std::printf("caflm worker listening on %s:%u\n", options.host.c_str(), unsigned{*port});
   std::fflush(stdout);
+  log(LogLevel::Info, "worker serving {} on {}:{}", options.model, options.host, *port);
   int signal = 0;
   sigwait(&stop_signals, &signal);
   {
@@ -75,11 +110,21 @@ void add_worker_command(CLI::App& app) {
   cmd->add_option("--model", options->model, "GGUF model file")->required();
   cmd->add_option("--port", options->port, "TCP port (0: any free port)")->required();
   cmd->add_option("--host", options->host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--max-concurrent", options->limits.max_concurrent, "Requests running at once")
+  cmd->add_option("--max-concurrent", options->limits.max_concurrent,
+                  "Requests running at once (at least 1)")
+      ->check(at_least_one())
       ->capture_default_str();
-  cmd->add_option("--queue", options->limits.queue_capacity, "Requests waiting at most")
+  cmd->add_option("--queue", options->limits.queue_capacity,
+                  "Requests waiting at most; beyond it, backpressure (at least 1)")
+      ->check(at_least_one())
       ->capture_default_str();
-  cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache size")->capture_default_str();
+  cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache size in MiB (honoured)")
+      ->check(at_least_one())
+      ->capture_default_str();
+  cmd->add_option("--max-context", options->max_context,
+                  "Longest sequence, prompt and reply (0: the model's; at most what the KV "
+                  "cache holds)")
+      ->capture_default_str();
   cmd->callback([options] { run_worker(*options); });
 }
 

@@ -366,7 +366,7 @@ TEST_CASE("generate refuses bad sampling options") {
       "top_logprobs");
   check_clean_failure(
       run_caflm({"generate", "--model", kTinyModel, "--prompt", "hi", "--max-tokens", "0"}),
-      "max_tokens");
+      "--max-tokens");
 }
 
 TEST_CASE("bench --json prints one object per batch size") {

@@ -1,9 +1,13 @@
 #include "caflm/actors/cluster.hpp"
 
+#include <fmt/format.h>
 #include <stdexcept>
+#include <thread>
 
 #include <caf/all.hpp>
 
+#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/inference_engine.hpp"
 #include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
 
@@ -30,18 +34,17 @@ namespace {
 
 struct CollectorState {
   GenerationResult result;
-  std::shared_ptr<std::promise<GenerationResult>> promise;
+  CompletionHandler done;
   ChunkObserver observer;
 
   static inline const char* name = "caflm.collector";
 };
 
 token_sink::behavior_type collector(token_sink::stateful_pointer<CollectorState> self,
-                                    std::uint64_t id,
-                                    std::shared_ptr<std::promise<GenerationResult>> promise,
+                                    std::uint64_t id, CompletionHandler done,
                                     ChunkObserver observer) {
   self->state.result.id = id;
-  self->state.promise = std::move(promise);
+  self->state.done = std::move(done);
   self->state.observer = std::move(observer);
   return {
       [self](const TokenBatch& batch) {
@@ -60,7 +63,7 @@ token_sink::behavior_type collector(token_sink::stateful_pointer<CollectorState>
             r.finish = chunk.finish;
             r.usage = chunk.usage;
             r.ok = true;
-            self->state.promise->set_value(std::move(r));
+            self->state.done(std::move(r));
             self->quit();
             return;
           }
@@ -69,7 +72,7 @@ token_sink::behavior_type collector(token_sink::stateful_pointer<CollectorState>
       [self](const InferenceError& error) {
         self->state.result.error = error;
         self->state.result.ok = false;
-        self->state.promise->set_value(std::move(self->state.result));
+        self->state.done(std::move(self->state.result));
         self->quit();
       },
   };
@@ -77,10 +80,9 @@ token_sink::behavior_type collector(token_sink::stateful_pointer<CollectorState>
 
 } // namespace
 
-token_sink spawn_collector(caf::actor_system& system, std::uint64_t id,
-                           std::shared_ptr<std::promise<GenerationResult>> promise,
+token_sink spawn_collector(caf::actor_system& system, std::uint64_t id, CompletionHandler done,
                            ChunkObserver observer) {
-  return system.spawn(collector, id, std::move(promise), std::move(observer));
+  return system.spawn(collector, id, std::move(done), std::move(observer));
 }
 
 Cluster::Cluster(caf::actor_system& system, ClusterOptions options)
@@ -103,21 +105,39 @@ Cluster::Cluster(caf::actor_system& system, std::shared_ptr<const Model> model,
 }
 
 void Cluster::start(std::shared_ptr<const Model> model) {
+  // Everything that can fail happens before the first actor is spawned: an
+  // actor left running would keep the caller's actor system from ever
+  // shutting down.
   std::vector<std::pair<std::string, std::uint16_t>> remotes;
   for (const std::string& address : options_.workers)
     remotes.push_back(parse_host_port(address));
-  std::shared_ptr<const Tokenizer> tokenizer;
-  if (options_.replicas > 0)
-    tokenizer = load_tokenizer(*model);
-  coordinator_ = spawn_coordinator(system_, options_.coordinator);
-  for (std::uint32_t i = 0; i < options_.replicas; ++i) {
-    auto engine =
-        spawn_cpu_engine(system_, model, tokenizer, options_.limits, options_.kv_cache_bytes);
-    caf::anon_send(coordinator_, register_atom::value, engine);
-    engines_.push_back(engine);
+  if (auto problem = validate(options_.limits))
+    throw std::invalid_argument(*problem);
+  std::vector<std::shared_ptr<InferenceEngine>> local;
+  if (options_.replicas > 0) {
+    if (!model)
+      throw std::invalid_argument("local replicas need a model");
+    std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(*model);
+    CpuEngineOptions engine_options;
+    engine_options.kv_cache_bytes = options_.kv_cache_bytes;
+    engine_options.max_context = options_.max_context;
+    const EngineConfig config =
+        cpu_engine_config(*model, cpu_engine_options(options_.limits, engine_options));
+    check_available_memory(
+        double(cpu_engine_bytes(*model, config)) * options_.replicas,
+        fmt::format("the KV caches and buffers of {} replica(s)", options_.replicas));
+    for (std::uint32_t i = 0; i < options_.replicas; ++i)
+      local.push_back(make_cpu_engine(model, tokenizer, config));
   }
-  for (auto& [host, port] : remotes)
-    engines_.push_back(spawn_remote_engine(system_, host, port, coordinator_, options_.remote));
+  coordinator_ = spawn_coordinator(system_, options_.coordinator);
+  for (auto& engine : local) {
+    engines_.push_back(spawn_engine_core(system_, std::move(engine), options_.limits));
+    caf::anon_send(coordinator_, register_atom::value, engines_.back());
+  }
+  for (auto& [host, port] : remotes) {
+    remotes_.push_back(spawn_remote_engine(system_, host, port, coordinator_, options_.remote));
+    engines_.push_back(remotes_.back());
+  }
 }
 
 Cluster::~Cluster() {
@@ -133,15 +153,47 @@ std::future<GenerationResult> Cluster::generate_async(GenerateRequest request,
                                                       ChunkObserver observer) {
   auto promise = std::make_shared<std::promise<GenerationResult>>();
   auto future = promise->get_future();
-  auto sink = spawn_collector(system_, request.id, std::move(promise), std::move(observer));
-  submit(std::move(request), std::move(sink));
+  generate_async(
+      std::move(request),
+      [promise](GenerationResult&& result) { promise->set_value(std::move(result)); },
+      std::move(observer));
   return future;
+}
+
+void Cluster::generate_async(GenerateRequest request, CompletionHandler done,
+                             ChunkObserver observer) {
+  auto sink = spawn_collector(system_, request.id, std::move(done), std::move(observer));
+  submit(std::move(request), std::move(sink));
+}
+
+std::vector<std::string> Cluster::await_workers(std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{system_};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> unreachable;
+  for (;;) {
+    unreachable.clear();
+    for (std::size_t i = 0; i < remotes_.size(); ++i) {
+      self->request(remotes_[i], timeout, status_atom::value)
+          .receive(
+              [&](const RemoteEngineStatus& status) {
+                if (!status.connected)
+                  unreachable.push_back(options_.workers[i] + ": " + status.problem);
+              },
+              [&](const caf::error& error) {
+                unreachable.push_back(options_.workers[i] + ": " + system_.render(error));
+              });
+    }
+    if (unreachable.empty() || std::chrono::steady_clock::now() >= deadline)
+      return unreachable;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 void Cluster::shutdown() {
   for (auto& engine : engines_)
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
   engines_.clear();
+  remotes_.clear();
   if (coordinator_)
     caf::anon_send_exit(coordinator_, caf::exit_reason::user_shutdown);
   coordinator_ = dp_coordinator_actor{};

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+
 #include <caf/fwd.hpp>
 
 #include "caflm/actors/dp_coordinator_actor.hpp"
@@ -29,7 +31,10 @@ struct ClusterOptions {
   /// `caflm worker` processes to use, as "host:port".
   std::vector<std::string> workers;
   EngineLimits limits;
+  /// KV cache per local replica, and the longest sequence one accepts (0:
+  /// the model's context; either way at most what the KV cache holds).
   std::size_t kv_cache_bytes = std::size_t{1} << 30;
+  std::uint32_t max_context = 0;
   CoordinatorConfig coordinator;
   RemoteEngineOptions remote;
   RequestOptions request;
@@ -37,6 +42,12 @@ struct ClusterOptions {
 
 /// Called with every chunk as it arrives (on the collector's thread).
 using ChunkObserver = std::function<void(const TokenChunk&)>;
+
+struct GenerationResult;
+
+/// Called once with a request's result when it ends (on the collector's
+/// thread).
+using CompletionHandler = std::function<void(GenerationResult&&)>;
 
 /// What a finished request produced.
 struct GenerationResult {
@@ -65,7 +76,9 @@ struct GenerationResult {
 class Cluster {
  public:
   /// Loads the model (if local replicas are wanted) and spawns everything.
-  /// Throws on a model that cannot be loaded or a malformed worker address.
+  /// Throws, with nothing left running, on a model that cannot be loaded, a
+  /// malformed worker address, limits that cannot work, or replicas that do
+  /// not fit in memory.
   Cluster(caf::actor_system& system, ClusterOptions options);
   /// Adds local replicas of an already loaded model.
   Cluster(caf::actor_system& system, std::shared_ptr<const Model> model, ClusterOptions options);
@@ -85,9 +98,15 @@ class Cluster {
   /// sees each chunk as it streams.
   std::future<GenerationResult> generate_async(GenerateRequest request,
                                                ChunkObserver observer = {});
+  /// As above, calling `done` with the result instead.
+  void generate_async(GenerateRequest request, CompletionHandler done, ChunkObserver observer = {});
   GenerationResult generate(GenerateRequest request) {
     return generate_async(std::move(request)).get();
   }
+
+  /// Waits until every remote worker is connected, at most `timeout`;
+  /// returns one line per worker still unreachable ("host:port: why").
+  std::vector<std::string> await_workers(std::chrono::milliseconds timeout);
 
   /// Stops every actor of the cluster.
   void shutdown();
@@ -99,14 +118,14 @@ class Cluster {
   ClusterOptions options_;
   dp_coordinator_actor coordinator_;
   std::vector<engine_core_actor> engines_;
+  std::vector<remote_engine_actor> remotes_;
 };
 
 /// Splits "host:port"; throws std::invalid_argument for anything else.
 std::pair<std::string, std::uint16_t> parse_host_port(const std::string& address);
 
-/// A sink that collects a request's stream and fulfils `promise` at its end.
-token_sink spawn_collector(caf::actor_system& system, std::uint64_t id,
-                           std::shared_ptr<std::promise<GenerationResult>> promise,
+/// A sink that collects a request's stream and calls `done` at its end.
+token_sink spawn_collector(caf::actor_system& system, std::uint64_t id, CompletionHandler done,
                            ChunkObserver observer = {});
 
 } // namespace caflm

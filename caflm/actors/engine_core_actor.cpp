@@ -396,12 +396,20 @@ std::optional<std::string> validate(const EngineLimits& limits) {
   return std::nullopt;
 }
 
+CpuEngineOptions cpu_engine_options(const EngineLimits& limits, CpuEngineOptions options) {
+  options.max_requests = std::max(options.max_requests, limits.max_concurrent);
+  options.max_running = std::min(options.max_running, limits.max_concurrent);
+  return options;
+}
+
 engine_core_actor spawn_cpu_engine(caf::actor_system& system, std::shared_ptr<const Model> model,
                                    std::shared_ptr<const Tokenizer> tokenizer,
-                                   const EngineLimits& limits, std::size_t kv_cache_bytes) {
-  EngineConfig config = cpu_engine_config(*model, 0, kv_cache_bytes);
-  config.scheduler.max_requests = std::max(config.scheduler.max_requests, limits.max_concurrent);
-  config.scheduler.max_running = std::min(config.scheduler.max_running, limits.max_concurrent);
+                                   const EngineLimits& limits, const CpuEngineOptions& options) {
+  if (auto problem = validate(limits))
+    throw std::invalid_argument(*problem);
+  EngineConfig config = cpu_engine_config(*model, cpu_engine_options(limits, options));
+  check_available_memory(double(cpu_engine_bytes(*model, config)),
+                         "the engine's KV cache and buffers");
   std::shared_ptr<InferenceEngine> engine =
       make_cpu_engine(std::move(model), std::move(tokenizer), config);
   return spawn_engine_core(system, std::move(engine), limits);

@@ -54,10 +54,23 @@ struct RemoteState {
 
 /// The proxy as it sees itself: an engine for local actors, a token sink
 /// for the remote worker, and its own timers.
-using proxy_actor = engine_core_actor::extend_with<token_sink>::extend<
+using proxy_actor = remote_engine_actor::extend_with<token_sink>::extend<
     caf::reacts_to<connect_atom, std::uint64_t>, caf::reacts_to<ping_atom, std::uint64_t>,
     caf::reacts_to<add_timeout_atom, std::uint64_t>>;
 using proxy_pointer = proxy_actor::stateful_pointer<RemoteState>;
+
+/// A connection error in words an operator reads, not CAF's codes.
+std::string describe(proxy_pointer self, const caf::error& error) {
+  if (error == caf::sec::cannot_connect_to_node)
+    return "the connection was refused (is a caflm worker listening there?)";
+  if (error == caf::sec::request_timeout)
+    return "it did not answer within " +
+           std::to_string(self->state.options.request_timeout.count()) +
+           " ms (a stopped or overloaded process, or a filtered port)";
+  if (error == caf::sec::request_receiver_down)
+    return "it went away";
+  return self->system().render(error);
+}
 
 token_sink as_sink(proxy_pointer self) {
   return caf::actor_cast<token_sink>(self);
@@ -181,7 +194,7 @@ void probe(proxy_pointer self, std::uint64_t epoch, engine_core_actor remote) {
           [self, epoch](const caf::error& error) {
             self->state.connecting = false;
             if (epoch == self->state.epoch)
-              connect_failed(self, "it did not answer a probe: " + self->system().render(error));
+              connect_failed(self, "it did not answer a probe: " + describe(self, error));
           });
 }
 
@@ -209,7 +222,7 @@ void connect(proxy_pointer self) {
           [self, epoch](const caf::error& error) {
             self->state.connecting = false;
             if (epoch == self->state.epoch)
-              connect_failed(self, self->system().render(error));
+              connect_failed(self, describe(self, error));
           });
 }
 
@@ -391,6 +404,9 @@ proxy_actor::behavior_type proxy(proxy_pointer self, std::string host, std::uint
       },
       [self](ping_atom, std::uint64_t epoch) { ping(self, epoch); },
       [self](add_timeout_atom, std::uint64_t ticket) { add_timed_out(self, ticket); },
+      [self](status_atom) {
+        return RemoteEngineStatus{self->state.connected, self->state.last_connect_error};
+      },
   };
 }
 
@@ -418,17 +434,17 @@ engine_connector spawn_middleman_connector(caf::actor_system& system) {
   return system.spawn(middleman_connector);
 }
 
-engine_core_actor spawn_remote_engine(caf::actor_system& system, std::string host,
-                                      std::uint16_t port, dp_coordinator_actor coordinator,
-                                      const RemoteEngineOptions& options) {
+remote_engine_actor spawn_remote_engine(caf::actor_system& system, std::string host,
+                                        std::uint16_t port, dp_coordinator_actor coordinator,
+                                        const RemoteEngineOptions& options) {
   return spawn_remote_engine(system, std::move(host), port, std::move(coordinator), options,
                              spawn_middleman_connector(system));
 }
 
-engine_core_actor spawn_remote_engine(caf::actor_system& system, std::string host,
-                                      std::uint16_t port, dp_coordinator_actor coordinator,
-                                      const RemoteEngineOptions& options,
-                                      engine_connector connector) {
+remote_engine_actor spawn_remote_engine(caf::actor_system& system, std::string host,
+                                        std::uint16_t port, dp_coordinator_actor coordinator,
+                                        const RemoteEngineOptions& options,
+                                        engine_connector connector) {
   return system.spawn(proxy, std::move(host), port, std::move(coordinator), options,
                       std::move(connector));
 }

@@ -42,14 +42,14 @@ engine_connector spawn_middleman_connector(caf::actor_system& system);
 /// should it come back. It is the sink of every request it forwards, under
 /// an id of its own, so local requests never collide on the remote engine. The remote worker sends
 /// it one token batch per step, which it fans out to the request actors on this node.
-engine_core_actor spawn_remote_engine(caf::actor_system& system, std::string host,
-                                      std::uint16_t port, dp_coordinator_actor coordinator,
-                                      const RemoteEngineOptions& options = {});
+remote_engine_actor spawn_remote_engine(caf::actor_system& system, std::string host,
+                                        std::uint16_t port, dp_coordinator_actor coordinator,
+                                        const RemoteEngineOptions& options = {});
 
 /// As above, reaching the remote through `connector`.
-engine_core_actor spawn_remote_engine(caf::actor_system& system, std::string host,
-                                      std::uint16_t port, dp_coordinator_actor coordinator,
-                                      const RemoteEngineOptions& options,
-                                      engine_connector connector);
+remote_engine_actor spawn_remote_engine(caf::actor_system& system, std::string host,
+                                        std::uint16_t port, dp_coordinator_actor coordinator,
+                                        const RemoteEngineOptions& options,
+                                        engine_connector connector);
 
 } // namespace caflm

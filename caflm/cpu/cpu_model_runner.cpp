@@ -62,6 +62,9 @@ Expected<RaggedBatchReceipt, BackendError>
 CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, float* logits) {
   if (!valid(batch))
     return BackendError::InvalidBatch;
+  // One fstat a step: the weights are read in place from the mapped file.
+  if (model_->file().changed_on_disk())
+    return BackendError::WeightsChanged;
   for (std::uint32_t c = 0; c < batch.copy_count; ++c)
     kv_.copy_block(batch.copies[c].source, batch.copies[c].destination);
   const std::uint32_t n_tokens = batch.token_count;

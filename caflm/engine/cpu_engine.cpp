@@ -1,28 +1,100 @@
 #include "caflm/engine/cpu_engine.hpp"
 
 #include <algorithm>
+#include <fmt/format.h>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <omp.h>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
 
 #include "caflm/cpu/cpu_model_runner.hpp"
+#include "caflm/engine/log.hpp"
 #include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
 
 namespace caflm {
 
-EngineConfig cpu_engine_config(const Model& model, std::uint32_t max_context,
-                               std::size_t kv_cache_bytes) {
+namespace {
+
+/// a * b, or std::invalid_argument naming `what` when it overflows.
+std::uint64_t checked_product(std::uint64_t a, std::uint64_t b, const char* what) {
+  std::uint64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product))
+    throw std::invalid_argument(fmt::format("the size of {} overflows", what));
+  return product;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  if (bytes >= (std::uint64_t{1} << 40))
+    return fmt::format("{:.1f} TiB", double(bytes) / double(std::uint64_t{1} << 40));
+  if (bytes >= (std::uint64_t{1} << 30))
+    return fmt::format("{:.1f} GiB", double(bytes) / double(std::uint64_t{1} << 30));
+  if (bytes >= (std::uint64_t{1} << 20))
+    return fmt::format("{:.1f} MiB", double(bytes) / double(std::uint64_t{1} << 20));
+  return fmt::format("{:.1f} KiB", double(bytes) / 1024.0);
+}
+
+/// Bytes of one KV block: K and V of every layer for `block_size` tokens.
+std::uint64_t kv_block_bytes(const ModelConfig& m, std::uint32_t block_size) {
+  std::uint64_t bytes = checked_product(2ull * sizeof(float), m.n_layers, "a KV block");
+  bytes = checked_product(bytes, block_size, "a KV block");
+  return checked_product(bytes, m.kv_dim(), "a KV block");
+}
+
+} // namespace
+
+EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& options) {
   const ModelConfig& m = model.config();
   EngineConfig config;
   SchedulerConfig& s = config.scheduler;
-  s.max_context = max_context == 0 ? m.context_length : std::min(max_context, m.context_length);
-  s.max_requests = 64;
-  s.max_running = 32;
+  s.max_requests = std::max<std::uint32_t>(options.max_requests, 1);
+  s.max_running = std::clamp<std::uint32_t>(options.max_running, 1, s.max_requests);
   s.block_size = 16;
   s.token_budget = 512;
-  const std::size_t block_bytes =
-      std::size_t{2} * m.n_layers * s.block_size * m.kv_dim() * sizeof(float);
+  const std::uint64_t block_bytes = kv_block_bytes(m, s.block_size);
+  const std::uint64_t blocks = options.kv_cache_bytes / block_bytes;
+  if (blocks == 0)
+    throw std::invalid_argument(fmt::format(
+        "a KV cache of {} holds no block: one block of {} tokens takes {} ({} layers, K and V of "
+        "{} floats per token)",
+        human_bytes(options.kv_cache_bytes), s.block_size, human_bytes(block_bytes), m.n_layers,
+        m.kv_dim()));
+  // The pool counts blocks in 32 bits; no machine holds that many anyway.
   config.kv_blocks = static_cast<std::uint32_t>(
-      std::max<std::size_t>(kv_cache_bytes / block_bytes, s.max_pages() + 1));
+      std::min<std::uint64_t>(blocks, std::numeric_limits<std::uint32_t>::max() - 1));
+  const std::uint64_t pool_tokens = std::uint64_t{config.kv_blocks} * s.block_size;
+  std::uint64_t context = m.context_length;
+  if (options.max_context != 0)
+    context = std::min<std::uint64_t>(context, options.max_context);
+  s.max_context = static_cast<std::uint32_t>(std::min(context, pool_tokens));
+  if (s.max_context < context)
+    log(LogLevel::Info,
+        "the KV cache of {} holds {} tokens: sequences are limited to {} tokens (the context "
+        "asked for is {})",
+        human_bytes(options.kv_cache_bytes), pool_tokens, s.max_context, context);
   return config;
+}
+
+std::size_t cpu_engine_bytes(const Model& model, const EngineConfig& config) {
+  const ModelConfig& m = model.config();
+  const SchedulerConfig& s = config.scheduler;
+  const std::uint64_t f = sizeof(float);
+  const std::uint64_t kv =
+      checked_product(config.kv_blocks, kv_block_bytes(m, s.block_size), "the KV cache");
+  const std::uint64_t pool_tokens = std::uint64_t{config.kv_blocks} * s.block_size;
+  // Tokens of every slot, and the prefix cache's copy of every cached block.
+  const std::uint64_t table =
+      checked_product(std::uint64_t{s.max_requests} * s.max_context, f, "the request table") +
+      pool_tokens * f;
+  const std::uint64_t activations =
+      std::uint64_t{s.token_budget} *
+      (2ull * m.dim + 2ull * m.q_dim() + 2ull * m.kv_dim() + 2ull * m.ffn_dim) * f;
+  const std::uint64_t logits = std::uint64_t{s.max_requests} * m.vocab_size * f;
+  const std::uint64_t scores = std::uint64_t(omp_get_max_threads()) * s.max_context * f;
+  return kv + table + activations + logits + scores;
 }
 
 std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> model,
@@ -34,15 +106,43 @@ std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> mo
   limits.max_context = config.scheduler.max_context;
   limits.kv_blocks = config.kv_blocks;
   limits.block_size = config.scheduler.block_size;
-  std::uint64_t salt = model->cache_salt();
-  auto runner = std::make_unique<CpuModelRunner>(std::move(model), limits);
-  return std::make_unique<InferenceEngine>(std::move(tokenizer), std::move(runner), config, salt);
+  const std::uint64_t salt = model->cache_salt();
+  const std::size_t bytes = cpu_engine_bytes(*model, config);
+  try {
+    auto runner = std::make_unique<CpuModelRunner>(std::move(model), limits);
+    return std::make_unique<InferenceEngine>(std::move(tokenizer), std::move(runner), config, salt);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(fmt::format(
+        "out of memory allocating a CPU engine of {} ({} KV blocks of {} tokens, {} request "
+        "slots of {} tokens)",
+        human_bytes(bytes), config.kv_blocks, config.scheduler.block_size,
+        config.scheduler.max_requests, config.scheduler.max_context));
+  }
 }
 
 std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> model,
                                                  const EngineConfig& config) {
   auto tokenizer = load_tokenizer(*model);
   return make_cpu_engine(std::move(model), std::move(tokenizer), config);
+}
+
+std::size_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::size_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:")
+      return kib * 1024;
+  return 0;
+}
+
+void check_available_memory(double bytes, const std::string& what) {
+  const std::size_t available = available_memory_bytes();
+  if (available > 0 && bytes > double(available))
+    throw std::runtime_error(fmt::format("{} need {} of memory, more than the {} available", what,
+                                         human_bytes(static_cast<std::uint64_t>(bytes)),
+                                         human_bytes(available)));
 }
 
 } // namespace caflm

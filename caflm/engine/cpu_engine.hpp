@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "caflm/engine/inference_engine.hpp"
 
@@ -10,14 +11,32 @@ namespace caflm {
 
 class Model;
 
-/// Engine sizing for `model` on the CPU: the context is the model's (capped
-/// by `max_context` when non-zero) and the KV cache gets about
-/// `kv_cache_bytes`, never less than one full-context sequence.
-EngineConfig cpu_engine_config(const Model& model, std::uint32_t max_context = 0,
-                               std::size_t kv_cache_bytes = std::size_t{1} << 30);
+/// What an operator sizes a CPU engine by.
+struct CpuEngineOptions {
+  /// Bytes for the KV cache (every layer's K and V). Honoured: the engine
+  /// gets the blocks that fit, and its context is cut to what they hold.
+  std::size_t kv_cache_bytes = std::size_t{1} << 30;
+  /// Longest sequence (prompt and reply) the engine accepts; 0 for the
+  /// model's context. Either way at most what the KV cache holds.
+  std::uint32_t max_context = 0;
+  /// Request slots, and sequences that run at once.
+  std::uint32_t max_requests = 64;
+  std::uint32_t max_running = 32;
+};
+
+/// Engine sizing for `model` on the CPU. Throws std::invalid_argument,
+/// saying what one block takes, when the KV budget holds not a single
+/// block, and when a size computed from the model's header overflows.
+EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& options = {});
+
+/// Bytes the large buffers of a CPU engine of `config` take (KV cache,
+/// request table, step scratch), to check a cluster against the machine's
+/// memory before building it.
+std::size_t cpu_engine_bytes(const Model& model, const EngineConfig& config);
 
 /// An engine running `model` on the CPU runner, with `tokenizer` (see
-/// load_tokenizer) for its text.
+/// load_tokenizer) for its text. Throws std::runtime_error naming what it
+/// was allocating when memory runs out.
 std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> model,
                                                  std::shared_ptr<const Tokenizer> tokenizer,
                                                  const EngineConfig& config);
@@ -25,5 +44,14 @@ std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> mo
 /// As above, with the tokenizer read from `model`'s file.
 std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> model,
                                                  const EngineConfig& config);
+
+/// Memory the operating system says is available now (MemAvailable), or 0
+/// when it cannot tell.
+std::size_t available_memory_bytes();
+
+/// Throws std::runtime_error, saying how much `what` needs and how much is
+/// available, when `bytes` exceed the available memory: better than
+/// allocating it and having the process killed for it.
+void check_available_memory(double bytes, const std::string& what);
 
 } // namespace caflm

@@ -151,12 +151,15 @@ std::vector<TokenEvent> InferenceEngine::step() {
   preempted_.clear();
   if (requests_.empty())
     return events;
-  auto receipt = run_step(table_, planner_, *backend_, plan_, buffers_);
+  BackendError backend_error = BackendError::DeviceFailure;
+  auto receipt = run_step(table_, planner_, *backend_, plan_, buffers_, &backend_error);
   if (!receipt) {
     // A failed step is the engine's fault, not the requests': end every one
     // so that each can be served elsewhere, rather than loop on it.
     const std::string error =
-        std::string("the engine's step failed: ") + to_string(receipt.error());
+        std::string("the engine's step failed: ") +
+        (receipt.error() == SchedulerError::BackendFailed ? to_string(backend_error)
+                                                          : to_string(receipt.error()));
     for (auto& entry : requests_)
       events.push_back(end_with_error(entry.second, EngineFault::StepFailed, error));
     requests_.clear();

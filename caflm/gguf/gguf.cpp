@@ -272,13 +272,40 @@ GgufFile GgufFile::open(const std::string& path) {
   const auto size = static_cast<size_t>(status.st_size);
   void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int error = errno;
-  ::close(fd); // the mapping keeps the file alive
+  // Kept open (the mapping alone would keep the file alive) to notice a
+  // change to the file under the mapping.
+  file.fd_ = std::unique_ptr<int, Closer>(new int(fd));
   if (address == MAP_FAILED) {
     throw GgufError(fmt::format("{}: cannot map: {}", file.source_, std::strerror(error)));
   }
   file.mapping_ = std::unique_ptr<void, Unmapper>(address, Unmapper{size});
+  file.mapped_size_ = size;
+  file.mapped_mtime_ns_ = status.st_mtim.tv_sec * 1000000000LL + status.st_mtim.tv_nsec;
   file.parse(static_cast<const uint8_t*>(address), size);
   return file;
+}
+
+void GgufFile::Closer::operator()(int* fd) const {
+  ::close(*fd);
+  delete fd;
+}
+
+std::optional<std::string> GgufFile::changed_on_disk() const {
+  if (!fd_) {
+    return std::nullopt;
+  }
+  struct stat status {};
+  if (::fstat(*fd_, &status) != 0) {
+    return fmt::format("{}: cannot stat: {}", source_, std::strerror(errno));
+  }
+  if (static_cast<uint64_t>(status.st_size) < mapped_size_) {
+    return fmt::format("{} shrank from {} to {} bytes while mapped", source_, mapped_size_,
+                       status.st_size);
+  }
+  if (status.st_mtim.tv_sec * 1000000000LL + status.st_mtim.tv_nsec != mapped_mtime_ns_) {
+    return fmt::format("{} was written to while mapped", source_);
+  }
+  return std::nullopt;
 }
 
 GgufFile GgufFile::from_memory(const uint8_t* data, size_t size) {

@@ -111,6 +111,13 @@ class GgufFile {
   /// Array of any integer type; GgufError if a uint64 element exceeds INT64_MAX.
   std::optional<std::vector<int64_t>> get_int_array(std::string_view key) const;
 
+  /// For a file from open(): why its bytes on disk are no longer the mapped
+  /// ones (it shrank, or was written in place), or nullopt while they are.
+  /// Reading a mapping whose file shrank raises SIGBUS, so a long-running
+  /// reader checks this between uses. Replacing the file by renaming a new
+  /// one over its path changes nothing here: the mapping keeps the old one.
+  std::optional<std::string> changed_on_disk() const;
+
   /// nullptr when there is no tensor of that name.
   const GgufTensorInfo* find_tensor(std::string_view name) const;
   /// Tensors in file order.
@@ -140,7 +147,16 @@ class GgufFile {
   const KeyValue* find_array(std::string_view key, const char* expected, Accepts accepts) const;
   [[noreturn]] void throw_type_mismatch(const KeyValue& kv, const char* expected) const;
 
+  struct Closer {
+    void operator()(int* fd) const;
+  };
+
   std::unique_ptr<void, Unmapper> mapping_{nullptr, Unmapper{0}};
+  /// open() only: the mapped file, kept open to watch it, and its size and
+  /// modification time when it was mapped.
+  std::unique_ptr<int, Closer> fd_;
+  uint64_t mapped_size_ = 0;
+  int64_t mapped_mtime_ns_ = 0;
   std::unique_ptr<const std::vector<uint8_t>> owned_image_; ///< from_bytes only
   std::string source_; ///< path, or "<memory>", for error messages
   uint32_t version_ = 0;

@@ -34,6 +34,8 @@ using retry_atom = caf::atom_constant<caf::atom("lm_retry")>;
 /// the request's deadline.
 using admission_timeout_atom = caf::atom_constant<caf::atom("lm_admtime")>;
 using deadline_atom = caf::atom_constant<caf::atom("lm_dead")>;
+/// Ask a remote engine's proxy how its connection stands.
+using status_atom = caf::atom_constant<caf::atom("lm_status")>;
 /// Tokenize a prompt (engine core to its tokenizer).
 using tokenize_atom = caf::atom_constant<caf::atom("lm_tok")>;
 /// A timer of a remote engine proxy: the remote's answer to a forwarded

@@ -59,6 +59,23 @@ using worker_actor =
     caf::typed_actor<caf::reacts_to<add_atom, std::uint64_t, GenerateRequest, token_sink>,
                      caf::reacts_to<cancel_atom, std::uint64_t>, caf::reacts_to<step_atom>>;
 
+/// How a remote engine's proxy stands with its worker.
+struct RemoteEngineStatus {
+  bool connected = false;
+  /// Why the last attempt to connect failed (empty before any failed).
+  std::string problem;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RemoteEngineStatus& x) {
+  return f(caf::meta::type_name("caflm::RemoteEngineStatus"), x.connected, x.problem);
+}
+
+/// A remote engine's proxy: an engine that also says how its connection
+/// stands.
+using remote_engine_actor =
+    engine_core_actor::extend<caf::replies_to<status_atom>::with<RemoteEngineStatus>>;
+
 /// Tokenizes prompts for an engine core, off the core's mailbox: a burst of
 /// long prompts must not delay the core's answers to `get_load`.
 using tokenizer_actor =

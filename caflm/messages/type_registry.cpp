@@ -22,6 +22,7 @@ void add_message_types(caf::actor_system_config& config) {
   config.add_message_type<LoadReport>("caflm::LoadReport");
   config.add_message_type<std::vector<LoadReport>>("caflm::LoadReports");
   config.add_message_type<CoordinatorStats>("caflm::CoordinatorStats");
+  config.add_message_type<RemoteEngineStatus>("caflm::RemoteEngineStatus");
   config.add_message_type<std::vector<std::uint64_t>>("caflm::RequestIds");
   config.add_message_type<std::vector<TokenId>>("caflm::TokenIds");
   config.add_message_type<token_sink>("caflm::token_sink");

@@ -10,6 +10,8 @@ const char* to_string(BackendError error) {
     return "backend out of memory";
   case BackendError::DeviceFailure:
     return "backend device failure";
+  case BackendError::WeightsChanged:
+    return "the model file changed under the engine (shrank or was written in place)";
   }
   return "unknown backend error";
 }

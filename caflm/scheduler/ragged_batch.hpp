@@ -73,6 +73,9 @@ enum class BackendError : std::uint8_t {
   InvalidBatch,
   OutOfMemory,
   DeviceFailure,
+  /// The weights' file changed under the backend (it shrank or was written
+  /// in place): reading on would be wrong, or fatal (SIGBUS).
+  WeightsChanged,
 };
 
 const char* to_string(BackendError error);

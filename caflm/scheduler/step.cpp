@@ -4,7 +4,8 @@ namespace caflm {
 
 Expected<RaggedBatchReceipt, SchedulerError> run_step(RequestTable& table, StepPlanner& planner,
                                                       RaggedBackend& backend, StepPlan& plan,
-                                                      RaggedBatchBuffers& buffers) {
+                                                      RaggedBatchBuffers& buffers,
+                                                      BackendError* backend_error) {
   planner.plan(table, plan);
   if (auto lowered = table.lower(plan.items.data(), plan.count, buffers); !lowered) {
     table.recover_from_failed_step(buffers);
@@ -15,6 +16,8 @@ Expected<RaggedBatchReceipt, SchedulerError> run_step(RequestTable& table, StepP
   auto receipt = backend.execute(buffers.batch(), buffers.outputs.data(), buffers.logits.data());
   if (!receipt) {
     table.recover_from_failed_step(buffers);
+    if (backend_error != nullptr)
+      *backend_error = receipt.error();
     return SchedulerError::BackendFailed;
   }
   if (auto committed = table.commit(buffers, *receipt); !committed) {

@@ -10,8 +10,10 @@ namespace caflm {
 /// token has its logits in `buffers.logits_row(i)`; the caller samples and
 /// calls `RequestTable::append_token`. On failure no token or position
 /// counter changes; requests whose pages were copied this step recompute.
+/// When the backend failed, `backend_error` (if given) receives why.
 Expected<RaggedBatchReceipt, SchedulerError> run_step(RequestTable& table, StepPlanner& planner,
                                                       RaggedBackend& backend, StepPlan& plan,
-                                                      RaggedBatchBuffers& buffers);
+                                                      RaggedBatchBuffers& buffers,
+                                                      BackendError* backend_error = nullptr);
 
 } // namespace caflm

@@ -1,0 +1,91 @@
+#include "apps/options.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <netdb.h>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "caflm/engine/log.hpp"
+
+namespace caflm::apps {
+
+CLI::Validator at_least_one() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (value.find_first_not_of("0123456789") != std::string::npos ||
+            value.find_first_not_of('0') == std::string::npos)
+          return "must be a whole number of at least 1, not " + value;
+        return {};
+      },
+      "AT LEAST 1");
+}
+
+std::size_t mebibytes(std::uint64_t mib, const char* option) {
+  if (mib > (std::numeric_limits<std::size_t>::max() >> 20))
+    throw std::invalid_argument(std::string(option) + " " + std::to_string(mib) +
+                                " is more bytes than this machine can address");
+  return static_cast<std::size_t>(mib) << 20;
+}
+
+void check_port_free(const std::string& host, std::uint16_t port) {
+  if (port == 0)
+    return;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* addresses = nullptr;
+  const std::string service = std::to_string(port);
+  if (int failed = getaddrinfo(host.c_str(), service.c_str(), &hints, &addresses); failed != 0)
+    throw std::runtime_error("cannot listen on " + host + ": " + gai_strerror(failed));
+  std::string problem;
+  for (addrinfo* a = addresses; a != nullptr && problem.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0)
+      continue;
+    // As the middleman binds: address reuse on, so only a live listener fails.
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0)
+      problem = errno == EADDRINUSE ? "port " + service + " is already in use"
+                                    : std::string(std::strerror(errno));
+    close(fd);
+  }
+  freeaddrinfo(addresses);
+  if (!problem.empty())
+    throw std::runtime_error("cannot listen on " + host + ":" + service + ": " + problem);
+}
+
+namespace {
+
+bool log_level_chosen = false;
+
+} // namespace
+
+void default_log_level(LogLevel level) {
+  if (!log_level_chosen)
+    set_log_level(level);
+}
+
+void add_log_level_option(CLI::App& app) {
+  static const std::map<std::string, LogLevel> levels{{"debug", LogLevel::Debug},
+                                                      {"info", LogLevel::Info},
+                                                      {"warning", LogLevel::Warning},
+                                                      {"error", LogLevel::Error},
+                                                      {"off", LogLevel::Off}};
+  app.add_option_function<std::string>(
+         "--log-level",
+         [](const std::string& name) {
+           set_log_level(levels.at(name));
+           log_level_chosen = true;
+         },
+         "What the operator log says on standard error: debug, info, warning (default), error "
+         "or off")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error", "off"}));
+}
+
+} // namespace caflm::apps

@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "caflm/engine/log.hpp"
+
+// Checks of command-line values shared by the caflm subcommands.
+
+namespace caflm::apps {
+
+/// A check for counts and sizes that must be at least 1.
+CLI::Validator at_least_one();
+
+/// `mib` MiB in bytes; std::invalid_argument naming `option` when that
+/// overflows.
+std::size_t mebibytes(std::uint64_t mib, const char* option);
+
+/// Throws std::runtime_error saying so when `port` on `host` is taken (or
+/// `host` is no address of this machine). Port 0 always passes.
+void check_port_free(const std::string& host, std::uint16_t port);
+
+/// Adds `--log-level` to `app`: what the operator log says, on standard
+/// error (debug, info, warning, error, off).
+void add_log_level_option(CLI::App& app);
+
+/// Sets the log level unless `--log-level` chose one.
+void default_log_level(LogLevel level);
+
+} // namespace caflm::apps
