@@ -18,102 +18,16 @@
 #include "caflm/gguf/gguf.hpp"
 #include "caflm/text/tokenizer.hpp"
 #include "caflm/text/vocabulary.hpp"
+#include "tests/support/cli_harness.hpp"
 
 namespace fs = std::filesystem;
+using namespace caflm::testing;
 
 namespace {
 
 const std::string kTestData = CAFLM_TESTDATA_DIR;
 const std::string kSpmVocab = kTestData + "/vocab/ggml-vocab-llama-spm.gguf";
 const std::string kTinyModel = kTestData + "/models/tiny-llama-f32.gguf";
-
-/// What one run of the command did.
-struct Run {
-  /// The exit status; -1 when it did not exit normally.
-  int exit_code = -1;
-  /// Killed by a signal (a crash, an abort or the time limit).
-  bool crashed = false;
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-/// `text` as one word for /bin/sh: in single quotes, each ' written '\''.
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text)
-    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-/// A fresh directory, removed with this object.
-class TempDir {
- public:
-  TempDir()
-    : path_(fs::temp_directory_path() / ("caflm-cli-test-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(next_number_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  static inline int next_number_ = 0;
-  fs::path path_;
-};
-
-/// Runs `caflm ARGS...` with stdout and stderr captured. A run that hangs is
-/// killed after two minutes and reported as crashed.
-Run run_caflm(const std::vector<std::string>& args) {
-  TempDir dir;
-  const fs::path err_path = dir / "stderr";
-  std::string command = "timeout -k 5 120 " + shell_quote(CAFLM_BINARY);
-  for (const std::string& arg : args)
-    command += " " + shell_quote(arg);
-  command += " 2>" + shell_quote(err_path.string());
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  Run run;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
-    run.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  // The shell reports a child killed by signal S as exit status 128 + S, and
-  // timeout as 124.
-  if (WIFEXITED(status)) {
-    run.exit_code = WEXITSTATUS(status);
-    run.crashed = run.exit_code > 128 || run.exit_code == 124;
-  } else {
-    run.crashed = true;
-  }
-  run.err = read_file(err_path);
-  return run;
-}
-
-std::string describe(const Run& run) {
-  std::ostringstream out;
-  out << "exit " << run.exit_code << (run.crashed ? " (crashed)" : "") << "\nstdout: " << run.out
-      << "\nstderr: " << run.err;
-  return out.str();
-}
-
-/// A failed run that said why, on one line of stderr, and did not crash.
-void check_clean_failure(const Run& run, const std::string& should_mention) {
-  INFO(describe(run));
-  CHECK_FALSE(run.crashed);
-  CHECK(run.exit_code > 0);
-  CHECK(run.out.empty());
-  CHECK(run.err.find(should_mention) != std::string::npos);
-  CHECK(run.err.find("terminate called") == std::string::npos);
-}
 
 nlohmann::json parse_json(const Run& run) {
   INFO(describe(run));

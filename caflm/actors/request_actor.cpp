@@ -1,5 +1,6 @@
 #include "caflm/actors/request_actor.hpp"
 
+#include <random>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -32,6 +33,8 @@ struct RequestState {
   bool prompt_forwarded = false;
   bool routing = false;
   std::uint32_t failovers = 0;
+  /// Spreads the backoffs of requests refused together.
+  std::minstd_rand jitter;
   std::chrono::milliseconds backoff{0};
   /// Since when no engine has answered; the unavailable deadline counts
   /// from there.
@@ -86,7 +89,11 @@ void retry_later(request_pointer self) {
     return;
   }
   st.backoff = std::min(st.options.max_backoff, std::max(st.options.first_backoff, st.backoff * 2));
-  self->delayed_send(self, st.backoff, retry_atom::value);
+  // Jittered, to between half and all of the backoff: requests refused
+  // together do not all come back together.
+  const auto jittered =
+      st.backoff / 2 + std::chrono::milliseconds(st.jitter() % (st.backoff.count() / 2 + 1));
+  self->delayed_send(self, jittered, retry_atom::value);
 }
 
 /// The current attempt cannot go on at its engine (it died, faulted, or was
@@ -295,6 +302,7 @@ request_internal_actor::behavior_type request_behavior(request_pointer self,
     st.request.params.seed = random_seed();
   st.user = std::move(user);
   st.unserved_since = self->clock().now();
+  st.jitter.seed(static_cast<std::uint32_t>(self->id()));
   self->monitor(st.user);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& st = self->state;

@@ -4,6 +4,7 @@
 // stdout on a pipe, its port read from the line it prints, and always
 // reaped, whatever the test does to it (kill, stop, continue, terminate).
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -24,17 +25,21 @@ namespace caflm::testing {
 
 class WorkerProcess {
  public:
-  /// Starts `binary worker --model model --host 127.0.0.1 --port port` and
-  /// waits up to `startup_timeout` for its "listening" line. Port 0 lets
+  /// Starts `binary worker --model model --host 127.0.0.1 --port port
+  /// EXTRA...` (with --kv-cache-mb 64 unless EXTRA sets it) and waits up to
+  /// `startup_timeout` for its "listening" line. Port 0 lets
   /// the worker pick one; `port()` tells which. Its OpenMP runtime gets one
   /// thread: tests run several workers on two shared cores, and the kernels'
   /// results do not depend on the thread count. Throws std::runtime_error
   /// (after reaping the child) when the worker does not come up.
   WorkerProcess(const std::string& binary, const std::string& model, std::uint16_t port = 0,
-                std::chrono::milliseconds startup_timeout = std::chrono::seconds(20)) {
-    std::vector<std::string> args{binary,          "worker", "--model", model,
-                                  "--host",        host_,    "--port",  std::to_string(port),
-                                  "--kv-cache-mb", "64"};
+                std::chrono::milliseconds startup_timeout = std::chrono::seconds(20),
+                const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{binary,   "worker", "--model", model,
+                                  "--host", host_,    "--port",  std::to_string(port)};
+    if (std::find(extra.begin(), extra.end(), "--kv-cache-mb") == extra.end())
+      args.insert(args.end(), {"--kv-cache-mb", "64"});
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> env{"OMP_NUM_THREADS=1"};
     for (char** e = environ; *e != nullptr; ++e)
       if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0)
@@ -84,6 +89,18 @@ class WorkerProcess {
   std::uint16_t port() const { return port_; }
   /// "127.0.0.1:PORT", as ClusterOptions::workers takes it.
   std::string address() const { return host_ + ":" + std::to_string(port_); }
+
+  /// Whether the process still runs (it has not exited or been killed).
+  bool running() {
+    if (pid_ <= 0)
+      return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_ && !WIFSTOPPED(status)) {
+      pid_ = -1;
+      return false;
+    }
+    return true;
+  }
 
   /// SIGKILL, then reap. Does nothing once the worker is gone.
   void kill() {

@@ -1,0 +1,100 @@
+// Sizing a CPU engine from an operator's budget: the KV budget is honoured
+// (never silently raised to fit the model's context), the context is cut to
+// what the cache holds, a budget that holds no block and sizes that
+// overflow are refused with a reason; and unseeded requests draw a seed.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/model/model.hpp"
+#include "support/model_harness.hpp"
+
+using namespace caflm;
+
+namespace {
+
+std::shared_ptr<const Model> small_model(std::uint32_t context) {
+  RandomModelSpec spec = caflm::testing::small_random_spec("llama", 3);
+  spec.context_length = context;
+  return caflm::testing::random_model(spec);
+}
+
+/// Bytes of one KV block of 16 tokens of the small model: 2 layers, K and
+/// V of 32 floats (2 KV heads of 16) per token.
+constexpr std::size_t kBlockBytes = 2 * 2 * 16 * 32 * sizeof(float);
+
+} // namespace
+
+TEST_CASE("the KV budget is honoured and the context cut to what it holds") {
+  auto model = small_model(2048);
+  CpuEngineOptions options;
+  options.kv_cache_bytes = 40 * kBlockBytes + 100;
+  EngineConfig config = cpu_engine_config(*model, options);
+  // 40 blocks, not the 129 the model's context would want.
+  CHECK(config.kv_blocks == 40);
+  CHECK(config.scheduler.max_context == 40 * 16);
+  auto engine = make_cpu_engine(model, config);
+  CHECK(engine->max_context() == 640);
+  CHECK(engine->load().total_blocks == 40);
+
+  SECTION("--max-context below what the cache holds wins") {
+    options.max_context = 100;
+    CHECK(cpu_engine_config(*model, options).scheduler.max_context == 100);
+  }
+  SECTION("a cache bigger than the context leaves the model's context") {
+    options.kv_cache_bytes = 1000 * kBlockBytes;
+    CHECK(cpu_engine_config(*model, options).scheduler.max_context == 2048);
+    CHECK(cpu_engine_config(*model, options).kv_blocks == 1000);
+  }
+}
+
+TEST_CASE("a budget that holds no block, or sizes that overflow, are refused with a reason") {
+  auto model = small_model(2048);
+  CpuEngineOptions options;
+  options.kv_cache_bytes = kBlockBytes - 1;
+  try {
+    (void)cpu_engine_config(*model, options);
+    FAIL("a budget below one block was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("holds no block") != std::string::npos);
+  }
+}
+
+TEST_CASE("a header that claims an absurd context is cut to the KV budget") {
+  auto model = small_model(UINT32_MAX);
+  CpuEngineOptions options;
+  options.kv_cache_bytes = 64 * kBlockBytes;
+  EngineConfig config = cpu_engine_config(*model, options);
+  CHECK(config.scheduler.max_context == 64 * 16);
+  CHECK(cpu_engine_bytes(*model, config) < (std::size_t{64} << 20));
+  CHECK(make_cpu_engine(model, config)->max_context() == 1024);
+}
+
+TEST_CASE("unseeded requests draw different seeds; seeded ones repeat") {
+  auto model = small_model(256);
+  CpuEngineOptions options;
+  options.kv_cache_bytes = 200 * kBlockBytes;
+  auto engine = make_cpu_engine(model, cpu_engine_config(*model, options));
+  auto run = [&](std::optional<std::uint64_t> seed) {
+    GenerationRequest request;
+    request.id = 1;
+    request.prompt = {5, 6, 7, 8};
+    request.params.temperature = 1.5f;
+    request.params.max_tokens = 24;
+    request.params.ignore_eos = true;
+    request.params.seed = seed;
+    REQUIRE_FALSE(engine->add(request));
+    std::vector<TokenId> tokens;
+    while (engine->has_work())
+      for (const TokenEvent& event : engine->step())
+        tokens.push_back(event.token);
+    return tokens;
+  };
+  std::set<std::vector<TokenId>> unseeded;
+  for (int i = 0; i < 4; ++i)
+    unseeded.insert(run(std::nullopt));
+  // Seed 0 for all of them, as before, would give one sequence four times.
+  CHECK(unseeded.size() == 4);
+  CHECK(run(42) == run(42));
+}

@@ -1,0 +1,174 @@
+// One `caflm worker` process shared the way a cluster shares it: several
+// independent clients (`caflm generate` processes) at once, all numbering
+// their requests 1, 2, 3...; long prompts over shared prefixes against a
+// 1 MiB KV cache; a queue so small that most requests meet backpressure;
+// and the model file replaced or truncated under the running worker. Every
+// request that fits must come back with the tokens a run on its own gives.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "tests/support/cli_harness.hpp"
+#include "tests/support/worker_process.hpp"
+
+using namespace caflm::testing;
+
+namespace {
+
+/// The dim-64, two-layer model of the reports (context 2048: a
+/// 1 MiB cache holds 128 blocks of 16), written once for this binary.
+const std::string& model_path() {
+  static TempDir dir;
+  static const std::string path = [] {
+    const std::string out = (dir / "shared.gguf").string();
+    Run run = run_caflm({"make-test-model", "--out", out, "--arch", "llama", "--dim", "64",
+                         "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "192",
+                         "--type", "f32", "--seed", "1"});
+    REQUIRE(run.exit_code == 0);
+    return out;
+  }();
+  return path;
+}
+
+/// A JSONL file of requests numbered 1..n, as every client numbers them.
+std::string requests_jsonl(const std::vector<std::string>& prompts, std::uint32_t max_tokens,
+                           std::uint64_t seed_base) {
+  std::string out;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    nlohmann::json line{{"id", i + 1},        {"prompt", prompts[i]},  {"max_tokens", max_tokens},
+                        {"temperature", 0.8}, {"seed", seed_base + i}, {"ignore_eos", true}};
+    out += line.dump() + "\n";
+  }
+  return out;
+}
+
+/// Tokens by request id from a generate run's output; every line must be
+/// a success.
+std::map<std::uint64_t, std::vector<std::uint32_t>> results(const Run& run) {
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  std::map<std::uint64_t, std::vector<std::uint32_t>> out;
+  std::istringstream in(run.out);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    INFO(line);
+    REQUIRE(j.contains("tokens"));
+    out[j["id"].get<std::uint64_t>()] = j["tokens"].get<std::vector<std::uint32_t>>();
+  }
+  return out;
+}
+
+/// What the requests give on a local engine of their own, one at a time.
+std::map<std::uint64_t, std::vector<std::uint32_t>> solo(const std::string& jsonl) {
+  return results(run_caflm(
+      {"generate", "--model", model_path(), "--requests", "-", "--max-in-flight", "1"}, jsonl));
+}
+
+std::string words(std::mt19937& rng, std::size_t count) {
+  static const std::vector<std::string> vocabulary{
+      "the",  "actor", "sends", "a",    "message", "to",    "its",   "worker", "which",
+      "runs", "one",   "step",  "over", "every",   "block", "cache", "prefix", "token"};
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i)
+    out += vocabulary[rng() % vocabulary.size()] + " ";
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("independent clients share one worker at once, numbering their requests alike") {
+  WorkerProcess worker(CAFLM_BINARY, model_path());
+  std::vector<std::string> jsonl;
+  std::mt19937 rng(7);
+  for (std::uint64_t client = 0; client < 3; ++client) {
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 6; ++i)
+      prompts.push_back("Client " + std::to_string(client) + ": " + words(rng, 20));
+    jsonl.push_back(requests_jsonl(prompts, 12, 100 * client));
+  }
+  std::vector<std::unique_ptr<CaflmRun>> clients;
+  for (const std::string& requests : jsonl)
+    clients.push_back(std::make_unique<CaflmRun>(
+        std::vector<std::string>{"generate", "--worker", worker.address(), "--requests", "-"},
+        requests));
+  for (std::size_t client = 0; client < clients.size(); ++client) {
+    INFO("client " << client);
+    auto shared = results(clients[client]->finish());
+    CHECK(shared.size() == 6);
+    CHECK(shared == solo(jsonl[client]));
+  }
+}
+
+TEST_CASE("long prompts over shared prefixes against a 1 MiB KV cache all finish") {
+  WorkerProcess worker(CAFLM_BINARY, model_path(), 0, std::chrono::seconds(20),
+                       {"--kv-cache-mb", "1"});
+  std::mt19937 rng(11);
+  const std::string shared_prefix = "System: " + words(rng, 180);
+  std::vector<std::string> jsonl;
+  for (int client = 0; client < 2; ++client) {
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 8; ++i)
+      prompts.push_back(shared_prefix + "User " + std::to_string(i) + ": " +
+                        words(rng, 100 + 15 * static_cast<std::size_t>(i)));
+    jsonl.push_back(requests_jsonl(prompts, 6, 1000 * client));
+  }
+  std::vector<std::unique_ptr<CaflmRun>> clients;
+  for (const std::string& requests : jsonl)
+    clients.push_back(std::make_unique<CaflmRun>(
+        std::vector<std::string>{"generate", "--worker", worker.address(), "--requests", "-"},
+        requests));
+  for (std::size_t client = 0; client < clients.size(); ++client) {
+    INFO("client " << client);
+    auto shared = results(clients[client]->finish());
+    CHECK(shared.size() == 8);
+    CHECK(shared == solo(jsonl[client]));
+  }
+}
+
+TEST_CASE("backpressure from a tiny queue makes requests wait; none is dropped") {
+  WorkerProcess worker(CAFLM_BINARY, model_path(), 0, std::chrono::seconds(20),
+                       {"--queue", "2", "--max-concurrent", "2"});
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 300; ++i)
+    prompts.push_back("Request " + std::to_string(i));
+  Run run = run_caflm({"generate", "--worker", worker.address(), "--requests", "-",
+                       "--max-in-flight", "16", "--max-tokens", "2"},
+                      requests_jsonl(prompts, 2, 0));
+  auto out = results(run);
+  CHECK(out.size() == 300);
+}
+
+TEST_CASE("a model replaced under a running worker does not change what it serves; one truncated "
+          "under it is reported, not a crash") {
+  TempDir dir;
+  const std::string path = (dir / "served.gguf").string();
+  fs::copy_file(model_path(), path);
+  WorkerProcess worker(CAFLM_BINARY, path);
+  const std::string requests = requests_jsonl({"Once upon a time"}, 8, 5);
+  const auto before =
+      results(run_caflm({"generate", "--worker", worker.address(), "--requests", "-"}, requests));
+
+  // make-test-model writes a new file and renames it over the old one.
+  REQUIRE(run_caflm({"make-test-model", "--out", path, "--arch", "llama", "--dim", "64", "--layers",
+                     "2", "--heads", "4", "--kv-heads", "2", "--ffn", "192", "--type", "f32",
+                     "--seed", "2"})
+              .exit_code == 0);
+  CHECK(results(run_caflm({"generate", "--worker", worker.address(), "--requests", "-"},
+                          requests)) == before);
+
+  // Truncating the file a worker maps in place is another matter: its
+  // steps fail with the reason, and the worker lives on to say so.
+  WorkerProcess victim(CAFLM_BINARY, path);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  Run run = run_caflm(
+      {"generate", "--worker", victim.address(), "--prompt", "Hello", "--max-tokens", "4"});
+  INFO(describe(run));
+  CHECK(run.exit_code == 1);
+  CHECK_FALSE(run.crashed);
+  CHECK(run.err.find("model file changed") != std::string::npos);
+  CHECK(victim.running());
+}
