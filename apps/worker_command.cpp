@@ -14,6 +14,7 @@
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
 #include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/actors/node_janitor.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/log.hpp"
 #include "caflm/engine/model_tokenizer.hpp"
@@ -80,6 +81,8 @@ void run_worker(const WorkerOptions& options) {
     throw std::runtime_error("cannot listen on " + options.host + ":" +
                              std::to_string(options.port) + ": " + system.render(port.error()));
   }
+  // Clients come and go for as long as the worker runs.
+  start_node_janitor(system);
   // Tests and scripts read this line to learn the port.
   std::printf("caflm worker listening on %s:%u\n", options.host.c_str(), unsigned{*port});
   std::fflush(stdout);

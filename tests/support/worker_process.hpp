@@ -87,6 +87,7 @@ class WorkerProcess {
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   std::uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
   /// "127.0.0.1:PORT", as ClusterOptions::workers takes it.
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
