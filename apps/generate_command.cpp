@@ -2,6 +2,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -197,7 +198,7 @@ std::chrono::milliseconds seconds_option(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
 }
 
-void run_generate(GenerateOptions& options) {
+void run_generate(GenerateOptions& options, caf::actor_system& system) {
   if (auto problem = validate(options.params))
     throw std::invalid_argument(*problem);
   if (options.prompt.empty() == options.requests_file.empty())
@@ -215,8 +216,6 @@ void run_generate(GenerateOptions& options) {
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
   cluster_options.max_context = options.max_context;
   cluster_options.request.deadline = seconds_option(options.deadline_s);
-  caf::actor_system_config config;
-  caf::actor_system system{configure(config)};
   Cluster cluster{system, cluster_options};
   if (!options.workers.empty()) {
     // A worker that refuses or never answers is named now, not after the
@@ -291,7 +290,26 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", p.ignore_eos, "Never stop at end-of-sequence");
   cmd->add_option("--top-logprobs", p.top_logprobs, "Report the k most likely tokens per step");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of streaming text");
-  cmd->callback([options] { run_generate(*options); });
+  cmd->callback([options] {
+    // The process ends here, output flushed, without running the actor
+    // system's destructor: in CAF 0.17 it waits for a connection attempt to
+    // a worker that never answers its handshake (a stopped process, a
+    // filtered port) for as long as that lasts, and can wait forever for
+    // actors a remote node talked to (as in `caflm worker`).
+    int status = 0;
+    try {
+      // Never destroyed, for the reason above.
+      auto* config = new caf::actor_system_config;
+      auto* system = new caf::actor_system{configure(*config)};
+      run_generate(*options, *system);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "caflm: %s\n", e.what());
+      status = 1;
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(status);
+  });
 }
 
 } // namespace caflm::apps

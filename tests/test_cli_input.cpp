@@ -170,6 +170,52 @@ TEST_CASE("an address nobody listens on is named, with the reason, within the co
   CHECK(run.err.find("refused") != std::string::npos);
 }
 
+TEST_CASE("an address that accepts connections but never speaks is named as silent") {
+  Listener silent; // the kernel accepts; nobody answers
+  Run run = run_caflm({"generate", "--worker", "127.0.0.1:" + std::to_string(silent.port()),
+                       "--prompt", "hi", "--connect-timeout", "1"});
+  check_clean_failure(run, "127.0.0.1:" + std::to_string(silent.port()));
+  CHECK(run.err.find("no answer") != std::string::npos);
+}
+
+TEST_CASE("replicas that cannot fit in memory are refused before anything is allocated") {
+  Run run = run_caflm({"generate", "--model", small_model(), "--prompt", "hi", "--replicas",
+                       "100000", "--kv-cache-mb", "1024"});
+  check_clean_failure(run, "100000 replica(s) need");
+}
+
+TEST_CASE("a model whose header claims a context of 2^32-1 runs within its KV budget") {
+  TempDir dir;
+  const std::string model = (dir / "huge-context.gguf").string();
+  REQUIRE(run_caflm({"make-test-model",
+                     "--out",
+                     model,
+                     "--arch",
+                     "llama",
+                     "--dim",
+                     "64",
+                     "--layers",
+                     "2",
+                     "--heads",
+                     "4",
+                     "--kv-heads",
+                     "2",
+                     "--ffn",
+                     "128",
+                     "--type",
+                     "f32",
+                     "--seed",
+                     "5",
+                     "--context",
+                     "4294967295"})
+              .exit_code == 0);
+  Run run = run_caflm({"generate", "--model", model, "--prompt", "hi", "--max-tokens", "3",
+                       "--kv-cache-mb", "16", "--json", "--ignore-eos"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  CHECK(nlohmann::json::parse(run.out)["tokens"].size() == 3);
+}
+
 TEST_CASE("bench refuses sizes the context cannot hold, and sizes that overflow") {
   check_clean_failure(run_caflm({"bench", "--model", small_model(), "--prompt-tokens", "4294967295",
                                  "--gen-tokens", "2"}),

@@ -276,3 +276,26 @@ TEST_CASE("a request the client cancels ends with an error and frees its engine"
   CHECK(after.running == 0);
   CHECK(after.free_blocks == after.total_blocks);
 }
+
+TEST_CASE("a cluster that cannot be built throws and leaves nothing running") {
+  auto model = small_model();
+  // Each of these used to leave the coordinator (or some engines) running,
+  // and the actor system's destructor then waited for them forever.
+  ClusterOptions zero_slots;
+  zero_slots.limits.max_concurrent = 0;
+  ClusterOptions bad_address;
+  bad_address.workers = {"localhost"};
+  ClusterOptions too_many;
+  too_many.replicas = 100000;
+  too_many.kv_cache_bytes = std::size_t{1} << 30;
+  ClusterOptions no_block;
+  no_block.kv_cache_bytes = 100;
+  for (const ClusterOptions& options : {zero_slots, bad_address, too_many, no_block}) {
+    caf::actor_system_config cfg;
+    caf::actor_system sys{threaded(cfg)};
+    CHECK_THROWS(Cluster{sys, model, options});
+    // Nothing was spawned: the system ends at once (a hang fails the test
+    // by its time limit).
+    CHECK(sys.registry().running() == 0);
+  }
+}

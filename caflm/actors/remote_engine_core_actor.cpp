@@ -405,7 +405,12 @@ proxy_actor::behavior_type proxy(proxy_pointer self, std::string host, std::uint
       [self](ping_atom, std::uint64_t epoch) { ping(self, epoch); },
       [self](add_timeout_atom, std::uint64_t ticket) { add_timed_out(self, ticket); },
       [self](status_atom) {
-        return RemoteEngineStatus{self->state.connected, self->state.last_connect_error};
+        auto& st = self->state;
+        std::string problem = st.last_connect_error;
+        if (!st.connected && problem.empty())
+          problem = "no answer yet (a stopped or overloaded process, or a filtered port, answers "
+                    "nothing)";
+        return RemoteEngineStatus{st.connected, std::move(problem)};
       },
   };
 }
