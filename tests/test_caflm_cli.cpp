@@ -159,26 +159,7 @@ TEST_CASE("generate --json on the tiny model gives llama.cpp's greedy tokens") {
 TEST_CASE("make-test-model writes the same file for the same seed, and generate runs it") {
   TempDir dir;
   auto make = [&](const fs::path& out, const std::string& seed) {
-    return run_caflm({"make-test-model",
-                      "--out",
-                      out.string(),
-                      "--arch",
-                      "qwen2",
-                      "--dim",
-                      "64",
-                      "--layers",
-                      "2",
-                      "--heads",
-                      "4",
-                      "--kv-heads",
-                      "2",
-                      "--ffn",
-                      "128",
-                      "--type",
-                      "q8_0",
-                      "--tied",
-                      "--seed",
-                      seed});
+    return make_small_model(out.string(), {"qwen2", "q8_0", "128", seed, {"--tied"}});
   };
   const fs::path first = dir / "a.gguf", again = dir / "b.gguf", other = dir / "c.gguf";
   const std::vector<std::pair<fs::path, std::string>> models{
@@ -286,10 +267,7 @@ TEST_CASE("generate refuses bad sampling options") {
 TEST_CASE("bench --json prints one object per batch size") {
   TempDir dir;
   const fs::path model = dir / "bench.gguf";
-  REQUIRE(run_caflm({"make-test-model", "--out", model.string(), "--arch", "llama", "--dim", "64",
-                     "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--type",
-                     "f32", "--seed", "3"})
-              .exit_code == 0);
+  REQUIRE(make_small_model(model.string(), {"llama", "f32", "128", "3", {}}).exit_code == 0);
   const auto out = parse_json(run_caflm({"bench", "--model", model.string(), "--prompt-tokens", "8",
                                          "--gen-tokens", "4", "--concurrency", "1,2", "--json"}));
   REQUIRE(out.is_array());

@@ -24,9 +24,7 @@ const std::string& small_model() {
   static TempDir dir;
   static const std::string path = [] {
     const std::string out = (dir / "small.gguf").string();
-    Run run = run_caflm({"make-test-model", "--out", out, "--arch", "llama", "--dim", "64",
-                         "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
-                         "--type", "f32", "--seed", "5"});
+    Run run = make_small_model(out, {"llama", "f32", "128", "5", {}});
     REQUIRE(run.exit_code == 0);
     return out;
   }();
@@ -187,27 +185,7 @@ TEST_CASE("replicas that cannot fit in memory are refused before anything is all
 TEST_CASE("a model whose header claims a context of 2^32-1 runs within its KV budget") {
   TempDir dir;
   const std::string model = (dir / "huge-context.gguf").string();
-  REQUIRE(run_caflm({"make-test-model",
-                     "--out",
-                     model,
-                     "--arch",
-                     "llama",
-                     "--dim",
-                     "64",
-                     "--layers",
-                     "2",
-                     "--heads",
-                     "4",
-                     "--kv-heads",
-                     "2",
-                     "--ffn",
-                     "128",
-                     "--type",
-                     "f32",
-                     "--seed",
-                     "5",
-                     "--context",
-                     "4294967295"})
+  REQUIRE(make_small_model(model, {"llama", "f32", "128", "5", {"--context", "4294967295"}})
               .exit_code == 0);
   Run run = run_caflm({"generate", "--model", model, "--prompt", "hi", "--max-tokens", "3",
                        "--kv-cache-mb", "16", "--json", "--ignore-eos"});

@@ -195,19 +195,31 @@ TEST_CASE("after a failover, the old engine's chunks are dropped and the new att
   CHECK(f.user_log->errors.empty());
 }
 
+namespace {
+
+/// Starts a request on the first of two engines, which then ends it with
+/// `code`; returns the second engine's script and what the user got.
+std::pair<std::shared_ptr<EngineScript>, std::shared_ptr<SinkLog>>
+first_engine_fails(InferenceErrorCode code) {
+  RequestFixture f;
+  auto a = f.add_engine();
+  auto b = f.add_engine();
+  f.start(RequestFixture::make_request());
+  f.error(*a, 0, code);
+  f.run_for(f.options.max_backoff);
+  return {b, f.user_log};
+}
+
+} // namespace
+
 TEST_CASE("engine faults and lost engines are retried elsewhere") {
   for (InferenceErrorCode code :
        {InferenceErrorCode::engine_fault, InferenceErrorCode::engine_unavailable}) {
     INFO(to_string(code));
-    RequestFixture f;
-    auto a = f.add_engine();
-    auto b = f.add_engine();
-    f.start(RequestFixture::make_request());
-    f.error(*a, 0, code);
-    f.run_for(f.options.max_backoff);
-    CHECK(f.user_log->errors.empty());
-    REQUIRE(b->added.size() == 1);
-    CHECK(b->added[0].request.attempt == 1);
+    auto [other, user] = first_engine_fails(code);
+    CHECK(user->errors.empty());
+    REQUIRE(other->added.size() == 1);
+    CHECK(other->added[0].request.attempt == 1);
   }
 }
 
@@ -216,16 +228,11 @@ TEST_CASE("a request's own faults and cancellations are final") {
        {InferenceErrorCode::bad_request, InferenceErrorCode::context_length_exceeded,
         InferenceErrorCode::internal, InferenceErrorCode::cancelled}) {
     INFO(to_string(code));
-    RequestFixture f;
-    auto a = f.add_engine();
-    auto b = f.add_engine();
-    f.start(RequestFixture::make_request());
-    f.error(*a, 0, code);
-    f.run_for(f.options.max_backoff);
-    REQUIRE(f.user_log->errors.size() == 1);
-    CHECK(f.user_log->errors[0].code == code);
-    CHECK(f.user_log->errors[0].request_id == 7);
-    CHECK(b->added.empty());
+    auto [other, user] = first_engine_fails(code);
+    REQUIRE(user->errors.size() == 1);
+    CHECK(user->errors[0].code == code);
+    CHECK(user->errors[0].request_id == 7);
+    CHECK(other->added.empty());
   }
 }
 

@@ -31,9 +31,7 @@ const std::string& model_path() {
   static TempDir dir;
   static const std::string path = [] {
     const std::string out = (dir / "shared.gguf").string();
-    Run run = run_caflm({"make-test-model", "--out", out, "--arch", "llama", "--dim", "64",
-                         "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "192",
-                         "--type", "f32", "--seed", "1"});
+    Run run = make_small_model(out, {"llama", "f32", "192", "1", {}});
     REQUIRE(run.exit_code == 0);
     return out;
   }();
@@ -72,6 +70,24 @@ std::map<std::uint64_t, std::vector<std::uint32_t>> results(const Run& run) {
 std::map<std::uint64_t, std::vector<std::uint32_t>> solo(const std::string& jsonl) {
   return results(run_caflm(
       {"generate", "--model", model_path(), "--requests", "-", "--max-in-flight", "1"}, jsonl));
+}
+
+/// Runs one `caflm generate --worker` client per request file, all at once,
+/// and checks that every client gets every answer, each with the tokens a
+/// run on its own gives.
+void check_clients_at_once(const WorkerProcess& worker, const std::vector<std::string>& jsonl) {
+  std::vector<std::unique_ptr<CaflmRun>> clients;
+  for (const std::string& requests : jsonl)
+    clients.push_back(std::make_unique<CaflmRun>(
+        std::vector<std::string>{"generate", "--worker", worker.address(), "--requests", "-"},
+        requests));
+  for (std::size_t client = 0; client < clients.size(); ++client) {
+    INFO("client " << client);
+    auto shared = results(clients[client]->finish());
+    const auto alone = solo(jsonl[client]);
+    CHECK(shared.size() == alone.size());
+    CHECK(shared == alone);
+  }
 }
 
 std::string words(std::mt19937& rng, std::size_t count) {
@@ -154,17 +170,7 @@ TEST_CASE("independent clients share one worker at once, numbering their request
       prompts.push_back("Client " + std::to_string(client) + ": " + words(rng, 20));
     jsonl.push_back(requests_jsonl(prompts, 12, 100 * client));
   }
-  std::vector<std::unique_ptr<CaflmRun>> clients;
-  for (const std::string& requests : jsonl)
-    clients.push_back(std::make_unique<CaflmRun>(
-        std::vector<std::string>{"generate", "--worker", worker.address(), "--requests", "-"},
-        requests));
-  for (std::size_t client = 0; client < clients.size(); ++client) {
-    INFO("client " << client);
-    auto shared = results(clients[client]->finish());
-    CHECK(shared.size() == 6);
-    CHECK(shared == solo(jsonl[client]));
-  }
+  check_clients_at_once(worker, jsonl);
 }
 
 TEST_CASE("long prompts over shared prefixes against a 1 MiB KV cache all finish") {
@@ -180,17 +186,7 @@ TEST_CASE("long prompts over shared prefixes against a 1 MiB KV cache all finish
                         words(rng, 100 + 15 * static_cast<std::size_t>(i)));
     jsonl.push_back(requests_jsonl(prompts, 6, 1000 * client));
   }
-  std::vector<std::unique_ptr<CaflmRun>> clients;
-  for (const std::string& requests : jsonl)
-    clients.push_back(std::make_unique<CaflmRun>(
-        std::vector<std::string>{"generate", "--worker", worker.address(), "--requests", "-"},
-        requests));
-  for (std::size_t client = 0; client < clients.size(); ++client) {
-    INFO("client " << client);
-    auto shared = results(clients[client]->finish());
-    CHECK(shared.size() == 8);
-    CHECK(shared == solo(jsonl[client]));
-  }
+  check_clients_at_once(worker, jsonl);
 }
 
 TEST_CASE("backpressure from a tiny queue makes requests wait; none is dropped") {
@@ -217,10 +213,7 @@ TEST_CASE("a model replaced under a running worker does not change what it serve
       results(run_caflm({"generate", "--worker", worker.address(), "--requests", "-"}, requests));
 
   // make-test-model writes a new file and renames it over the old one.
-  REQUIRE(run_caflm({"make-test-model", "--out", path, "--arch", "llama", "--dim", "64", "--layers",
-                     "2", "--heads", "4", "--kv-heads", "2", "--ffn", "192", "--type", "f32",
-                     "--seed", "2"})
-              .exit_code == 0);
+  REQUIRE(make_small_model(path, {"llama", "f32", "192", "2", {}}).exit_code == 0);
   CHECK(results(run_caflm({"generate", "--worker", worker.address(), "--requests", "-"},
                           requests)) == before);
 

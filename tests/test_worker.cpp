@@ -102,6 +102,13 @@ struct ThreadedFixture {
     return chunks;
   }
 
+  /// Adds `request` to `core` and receives until its end.
+  std::vector<TokenChunk> run_to_end(const engine_core_actor& core, const GenerateRequest& request,
+                                     std::optional<InferenceError>& error) {
+    REQUIRE(add(core, request).accepted);
+    return receive_until_end(error);
+  }
+
   /// As above, where an error fails the test.
   std::vector<TokenChunk> receive_until_finish() {
     std::optional<InferenceError> error;
@@ -223,6 +230,14 @@ class FaultyBackend : public caflm::testing::FakeBackend {
   std::atomic<std::uint32_t> nan_from_launch{UINT32_MAX};
 };
 
+/// Greedy, 20 tokens, never stopped early by end-of-sequence.
+GenerateRequest long_request(std::uint64_t id) {
+  auto request = make_request(id);
+  request.params.max_tokens = 20;
+  request.params.ignore_eos = true;
+  return request;
+}
+
 std::shared_ptr<InferenceEngine> faulty_engine(FaultyBackend*& backend) {
   auto tokenizer = test_tokenizer();
   auto owned =
@@ -240,12 +255,9 @@ TEST_CASE("a failed step ends its requests with engine_fault and the engine serv
   ThreadedFixture f;
   auto core = f.spawn(faulty_engine(backend), EngineLimits{4, 8});
   backend->fail_launch = 4; // prefill, two decodes, then the fault
-  auto request = make_request(3);
-  request.params.max_tokens = 20;
-  request.params.ignore_eos = true;
-  REQUIRE(f.add(core, request).accepted);
   std::optional<InferenceError> error;
-  const std::vector<TokenChunk> chunks = f.receive_until_end(error);
+  auto request = long_request(3);
+  const std::vector<TokenChunk> chunks = f.run_to_end(core, request, error);
   CHECK(chunks.size() == 3);
   REQUIRE(error);
   CHECK(error->request_id == 3);
@@ -270,12 +282,8 @@ TEST_CASE("NaN logits end a request with a final error that says so, not with to
   ThreadedFixture f;
   auto core = f.spawn(faulty_engine(backend), EngineLimits{4, 8});
   backend->nan_from_launch = 3;
-  auto request = make_request(5);
-  request.params.max_tokens = 20;
-  request.params.ignore_eos = true;
-  REQUIRE(f.add(core, request).accepted);
   std::optional<InferenceError> error;
-  const std::vector<TokenChunk> chunks = f.receive_until_end(error);
+  const std::vector<TokenChunk> chunks = f.run_to_end(core, long_request(5), error);
   CHECK(chunks.size() == 2);
   for (const TokenChunk& chunk : chunks)
     CHECK(chunk.tokens != std::vector<TokenId>{0});

@@ -1,5 +1,6 @@
 #include "caflm/actors/remote_engine_core_actor.hpp"
 
+#include <optional>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -108,6 +109,19 @@ Forwarded forget(proxy_pointer self, std::uint64_t ticket) {
 void cancel_remote(proxy_pointer self, std::uint64_t ticket, std::uint32_t attempt) {
   if (self->state.remote)
     self->send(self->state.remote, cancel_atom::value, as_sink(self), ticket, attempt);
+}
+
+/// The answer still owed for a forwarded `add`, taken out of the proxy's
+/// books; nullopt once it was given (timed out, lost, abandoned).
+std::optional<caf::typed_response_promise<Admission>> take_pending_add(proxy_pointer self,
+                                                                       std::uint64_t ticket) {
+  auto& pending = self->state.pending_adds;
+  auto it = pending.find(ticket);
+  if (it == pending.end())
+    return std::nullopt;
+  auto promise = std::move(it->second);
+  pending.erase(it);
+  return promise;
 }
 
 Admission unavailable(const RemoteState& st, std::uint64_t id, std::uint32_t attempt,
@@ -234,7 +248,7 @@ void ping(proxy_pointer self, std::uint64_t epoch) {
       .then([](const LoadReport&) {},
             [self, epoch](const caf::error& error) {
               if (epoch == self->state.epoch)
-                lost(self, "no answer to a liveness probe: " + self->system().render(error));
+                lost(self, "no answer to a liveness probe: " + describe(self, error));
             });
   self->delayed_send(self, st.options.ping_interval, ping_atom::value, epoch);
 }
@@ -263,34 +277,27 @@ caf::result<Admission> add(proxy_pointer self, GenerateRequest& request, token_s
   self->request(st.remote, caf::infinite, add_atom::value, std::move(request), as_sink(self))
       .then(
           [self, ticket, attempt](Admission& admission) {
-            auto& st = self->state;
-            auto pending = st.pending_adds.find(ticket);
-            if (pending == st.pending_adds.end()) {
+            auto promise = take_pending_add(self, ticket);
+            if (!promise) {
               // Given up on (timed out, or lost): it must not run there.
               if (admission.accepted)
                 cancel_remote(self, ticket, attempt);
               return;
             }
-            auto promise = pending->second;
-            st.pending_adds.erase(pending);
-            const Forwarded& forwarded = st.forwarded[ticket];
-            admission.request_id = admission.error.request_id = forwarded.id;
+            admission.request_id = admission.error.request_id = self->state.forwarded[ticket].id;
             if (!admission.accepted)
               forget(self, ticket);
-            promise.deliver(admission);
+            promise->deliver(admission);
           },
           [self, ticket, epoch](const caf::error& error) {
-            auto& st = self->state;
-            auto pending = st.pending_adds.find(ticket);
-            if (pending == st.pending_adds.end())
+            auto promise = take_pending_add(self, ticket);
+            if (!promise)
               return;
-            auto promise = pending->second;
-            st.pending_adds.erase(pending);
             Forwarded forwarded = forget(self, ticket);
-            promise.deliver(unavailable(st, forwarded.id, forwarded.attempt,
-                                        "refused the request: " + self->system().render(error)));
-            if (epoch == st.epoch)
-              lost(self, self->system().render(error));
+            promise->deliver(unavailable(self->state, forwarded.id, forwarded.attempt,
+                                         "refused the request: " + describe(self, error)));
+            if (epoch == self->state.epoch)
+              lost(self, describe(self, error));
           });
   self->delayed_send(self, st.options.request_timeout, add_timeout_atom::value, ticket);
   return promise;
@@ -300,18 +307,16 @@ caf::result<Admission> add(proxy_pointer self, GenerateRequest& request, token_s
 /// tries elsewhere, and the remote is told to drop it should it admit it.
 void add_timed_out(proxy_pointer self, std::uint64_t ticket) {
   auto& st = self->state;
-  auto pending = st.pending_adds.find(ticket);
-  if (pending == st.pending_adds.end())
+  auto promise = take_pending_add(self, ticket);
+  if (!promise)
     return;
-  auto promise = pending->second;
-  st.pending_adds.erase(pending);
   Forwarded forwarded = forget(self, ticket);
   cancel_remote(self, ticket, forwarded.attempt);
   log(LogLevel::Warning, "the remote engine at {} did not answer add within {} ms", st.address(),
       st.options.request_timeout.count());
-  promise.deliver(unavailable(st, forwarded.id, forwarded.attempt,
-                              "did not answer within " +
-                                  std::to_string(st.options.request_timeout.count()) + " ms"));
+  promise->deliver(unavailable(st, forwarded.id, forwarded.attempt,
+                               "did not answer within " +
+                                   std::to_string(st.options.request_timeout.count()) + " ms"));
 }
 
 /// One batch per step from the remote worker; one message per local sink

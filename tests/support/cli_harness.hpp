@@ -114,6 +114,27 @@ inline Run run_caflm(const std::vector<std::string>& args, const std::string& st
   return CaflmRun(args, stdin_text).finish();
 }
 
+/// The shape `make_small_model` writes: 64 wide, 2 layers, 4 query heads
+/// over 2 KV heads, the built-in byte-level BPE vocabulary.
+struct SmallModel {
+  std::string arch = "llama";
+  std::string type = "f32";
+  std::string ffn = "128";
+  std::string seed = "1";
+  /// More options (--context, --tied, ...).
+  std::vector<std::string> extra;
+};
+
+/// Runs `caflm make-test-model` for a small model at `out`.
+inline Run make_small_model(const std::string& out, const SmallModel& shape = {}) {
+  std::vector<std::string> args{
+      "make-test-model", "--out",  out,        "--arch", shape.arch,   "--dim", "64",
+      "--layers",        "2",      "--heads",  "4",      "--kv-heads", "2",     "--ffn",
+      shape.ffn,         "--type", shape.type, "--seed", shape.seed};
+  args.insert(args.end(), shape.extra.begin(), shape.extra.end());
+  return run_caflm(args);
+}
+
 inline std::string describe(const Run& run) {
   std::ostringstream out;
   out << "exit " << run.exit_code << (run.crashed ? " (crashed)" : "") << "\nstdout: " << run.out
