@@ -6,8 +6,15 @@
 namespace caflm {
 
 std::uint64_t random_seed() {
-  std::random_device entropy;
-  return (std::uint64_t{entropy()} << 32) | entropy();
+  // The operating system's entropy once per thread, then a fast generator:
+  // a std::random_device per request cost 13% of a null-backend engine's
+  // time. Seeds must differ between requests, runs and processes; they need
+  // not be secret.
+  thread_local std::mt19937_64 generator{[] {
+    std::random_device entropy;
+    return (std::uint64_t{entropy()} << 32) | entropy();
+  }()};
+  return generator();
 }
 
 std::optional<std::string> validate(const SamplingParams& params) {
