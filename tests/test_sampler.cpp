@@ -606,3 +606,28 @@ TEST_CASE("sample allocates nothing") {
   CHECK(g_allocations.load() == before);
   CHECK(std::find(chosen.begin(), chosen.end(), banned) == chosen.end());
 }
+
+TEST_CASE("the sampler counts NaN logits and never picks one; rows without NaN count none") {
+  Sampler sampler(8);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SamplingParams drawn;
+  drawn.seed = 3;
+  struct Row {
+    std::vector<float> logits;
+    std::uint32_t nans;
+  };
+  for (const Row& row : {Row{{0.1f, nan, 2.0f, nan, 0.3f, -1.0f, 0.0f, 1.0f}, 2},
+                         Row{{nan, nan, nan, nan, nan, nan, nan, 0.5f}, 7},
+                         Row{{0.1f, 0.2f, 2.0f, -inf, 0.3f, -1.0f, 0.0f, 1.0f}, 0},
+                         Row{{0.1f, 0.2f, inf, 0.4f, 0.3f, -1.0f, 0.0f, 1.0f}, 0}}) {
+    for (const SamplingParams& params : {greedy, drawn}) {
+      SampleResult r =
+          sampler.sample(row.logits.data(), params, nullptr, 0, 0, nullptr, 0, nullptr);
+      CHECK(r.nan_logits == row.nans);
+      CHECK_FALSE(std::isnan(row.logits[r.token]));
+    }
+  }
+}

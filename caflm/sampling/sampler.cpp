@@ -24,14 +24,21 @@ float sanitized(float logit) {
 /// on every platform; `nan_count` receives how many of them are NaN.
 float log_sum_exp(const float* logits, std::size_t vocab_size, std::uint32_t& nan_count) {
   float max_logit = kNegativeInfinity;
-  nan_count = 0;
-  for (std::size_t id = 0; id < vocab_size; ++id) {
-    nan_count += std::isnan(logits[id]) ? 1 : 0;
+  for (std::size_t id = 0; id < vocab_size; ++id)
     max_logit = std::max(max_logit, sanitized(logits[id]));
-  }
+  // A NaN logit makes the sum NaN; only then are they counted and left out,
+  // so rows without one pay nothing for the check.
   double sum = 0.0;
   for (std::size_t id = 0; id < vocab_size; ++id)
-    sum += std::exp(sanitized(logits[id]) - max_logit);
+    sum += std::exp(logits[id] - max_logit);
+  nan_count = 0;
+  if (std::isnan(sum)) {
+    sum = 0.0;
+    for (std::size_t id = 0; id < vocab_size; ++id) {
+      nan_count += std::isnan(logits[id]) ? 1 : 0;
+      sum += std::exp(sanitized(logits[id]) - max_logit);
+    }
+  }
   return max_logit + static_cast<float>(std::log(sum));
 }
 
