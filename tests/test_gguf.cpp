@@ -18,6 +18,7 @@
 
 using caflm::GgufError;
 using caflm::GgufFile;
+using caflm::GgufRawValue;
 using caflm::GgufValueType;
 using caflm::GgufWriter;
 using caflm::TensorType;
@@ -514,6 +515,56 @@ TEST_CASE("opens llama.cpp's vocabulary-only file, which has no padding after it
   CHECK(file.tensors().empty());
   CHECK(file.get_string("tokenizer.ggml.model") == "llama");
   CHECK(file.get_string_array("tokenizer.ggml.tokens").value().size() == 32000);
+}
+
+TEST_CASE("copy_metadata carries a tokenizer from one file to another unchanged",
+          "[gguf][writer]") {
+  const GgufFile source = GgufFile::open(CAFLM_TESTDATA_DIR "/vocab/ggml-vocab-llama-spm.gguf");
+  GgufWriter writer;
+  writer.add_string("general.architecture", "llama");
+  writer.copy_metadata(source, "tokenizer.");
+  const GgufFile copy = GgufFile::from_bytes(writer.to_bytes());
+  std::size_t copied = 0;
+  for (std::string_view key : source.keys()) {
+    if (key.substr(0, 10) != "tokenizer.")
+      continue;
+    ++copied;
+    INFO(key);
+    const GgufRawValue a = *source.raw_value(key);
+    const auto b = copy.raw_value(key);
+    REQUIRE(b);
+    CHECK(a.type == b->type);
+    CHECK(std::string_view(reinterpret_cast<const char*>(a.bytes), a.size) ==
+          std::string_view(reinterpret_cast<const char*>(b->bytes), b->size));
+  }
+  CHECK(copied > 5);
+  CHECK(copy.get_string("general.architecture") == "llama");
+  CHECK(copy.get_string_array("tokenizer.ggml.tokens") ==
+        source.get_string_array("tokenizer.ggml.tokens"));
+  CHECK_FALSE(copy.raw_value("general.name"));
+}
+
+TEST_CASE("a mapped file reports when it shrank or was written to, not when it was replaced",
+          "[gguf]") {
+  GgufWriter writer;
+  writer.add_tensor("t", TensorType::F32, {256}, pattern(1024, 3));
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("caflm_test_changed_" + std::to_string(::getpid()) + ".gguf");
+  writer.write(path.string());
+  const GgufFile file = GgufFile::open(path.string());
+  CHECK_FALSE(file.changed_on_disk());
+
+  // Renaming a new file over the path leaves the mapped one as it was.
+  writer.write(path.string());
+  CHECK_FALSE(file.changed_on_disk());
+
+  const GgufFile replaced = GgufFile::open(path.string());
+  std::filesystem::resize_file(path, 100);
+  const auto shrank = replaced.changed_on_disk();
+  REQUIRE(shrank);
+  CHECK_THAT(*shrank, Contains("shrank"));
+  std::filesystem::remove(path);
+  CHECK_FALSE(GgufFile::from_bytes(writer.to_bytes()).changed_on_disk());
 }
 
 TEST_CASE("open() reports files it cannot read", "[gguf]") {
