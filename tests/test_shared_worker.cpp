@@ -147,17 +147,20 @@ TEST_CASE("a worker's memory does not grow with clients that come and go") {
   // CAF 0.17's middleman kept about 1.3 KB for every node that ever
   // connected; the worker's janitor releases it (every 5 s).
   WorkerProcess worker(CAFLM_BINARY, model_path());
-  for (int i = 0; i < 60; ++i)
-    REQUIRE(visit_worker(worker.port()));
-  std::this_thread::sleep_for(std::chrono::seconds(6));
-  const std::size_t before = resident_kib(worker.pid());
+  // Long enough for the allocator to settle: its first few hundred
+  // connections grow the heap once, then it stays flat.
   for (int i = 0; i < 300; ++i)
     REQUIRE(visit_worker(worker.port()));
   std::this_thread::sleep_for(std::chrono::seconds(6));
+  const std::size_t before = resident_kib(worker.pid());
+  for (int i = 0; i < 600; ++i)
+    REQUIRE(visit_worker(worker.port()));
+  std::this_thread::sleep_for(std::chrono::seconds(6));
   const std::size_t after = resident_kib(worker.pid());
-  INFO("resident " << before << " KiB before 300 clients, " << after << " KiB after");
-  // 300 x 1.3 KB would be 390 KB; what is left is allocator noise.
-  CHECK(after < before + 150);
+  INFO("resident " << before << " KiB before 600 clients, " << after << " KiB after");
+  // 600 x 1.3 KB would be 780 KB; what is left is the allocator's noise
+  // (30 to 160 KiB seen, with other tests running beside).
+  CHECK(after < before + 400);
 }
 
 TEST_CASE("independent clients share one worker at once, numbering their requests alike") {

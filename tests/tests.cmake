@@ -42,3 +42,5 @@ caflm_add_test(test_cpu_engine caflm_engine)
 caflm_add_test(test_shared_worker caflm_actors nlohmann_json::nlohmann_json)
 target_compile_definitions(test_shared_worker PRIVATE CAFLM_BINARY="$<TARGET_FILE:caflm>")
 add_dependencies(test_shared_worker caflm)
+# It measures a worker's memory: other tests' load beside it would be noise.
+set_tests_properties(test_shared_worker PROPERTIES RUN_SERIAL TRUE)
