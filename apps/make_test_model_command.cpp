@@ -3,6 +3,7 @@
 #include <string>
 
 #include "apps/commands.hpp"
+#include "caflm/engine/cpu_engine.hpp"
 #include "caflm/gguf/gguf.hpp"
 #include "caflm/model/random_model.hpp"
 #include "caflm/text/vocabulary.hpp"
@@ -30,6 +31,10 @@ void run_make_test_model(MakeTestModelOptions& options) {
   const GgufFile tokenizer = options.vocabulary_path.empty()
                                  ? GgufFile::from_bytes(Vocabulary::byte_level_bpe().to_gguf())
                                  : GgufFile::open(options.vocabulary_path);
+  // The file is built in memory, twice over at its end.
+  const auto tokens = tokenizer.get_string_array("tokenizer.ggml.tokens");
+  const std::uint64_t bytes = random_model_bytes(options.spec, tokens ? tokens->size() : 0);
+  check_available_memory(2.0 * double(bytes), "this model's tensors and file image");
   write_random_model(options.spec, tokenizer, options.out);
   std::fprintf(stderr, "wrote %s\n", options.out.c_str());
 }

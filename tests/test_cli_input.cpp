@@ -182,6 +182,22 @@ TEST_CASE("replicas that cannot fit in memory are refused before anything is all
   check_clean_failure(run, "100000 replica(s) need");
 }
 
+TEST_CASE("make-test-model refuses a model too large to build, before trying") {
+  TempDir dir;
+  auto make = [&](const std::string& name, const std::string& dim, const std::string& layers,
+                  const std::string& heads, const std::string& ffn) {
+    return run_caflm({"make-test-model", "--out", (dir / name).string(), "--arch", "llama", "--dim",
+                      dim, "--layers", layers, "--heads", heads, "--kv-heads", heads, "--ffn", ffn,
+                      "--type", "f32", "--seed", "1"});
+  };
+  // 100 layers of 65536 x 65536: terabytes, once killed the process.
+  check_clean_failure(make("big.gguf", "65536", "100", "1", "65536"), "of memory");
+  CHECK_FALSE(fs::exists(dir / "big.gguf"));
+  // Sizes whose byte count overflows 64 bits.
+  check_clean_failure(make("huge.gguf", "4294967294", "4294967295", "1", "4294967295"),
+                      "overflows");
+}
+
 TEST_CASE("a model whose header claims a context of 2^32-1 runs within its KV budget") {
   TempDir dir;
   const std::string model = (dir / "huge-context.gguf").string();

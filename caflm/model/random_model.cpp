@@ -54,12 +54,9 @@ void add_vector(GgufWriter& writer, NormalSource& normal, const std::string& nam
   writer.add_tensor(name, TensorType::F32, {n}, quantize_row(TensorType::F32, values.data(), n));
 }
 
-} // namespace
-
-void write_random_model(const RandomModelSpec& spec, const GgufFile& tokenizer,
-                        const std::string& path) {
-  const bool qwen2 = spec.architecture == "qwen2";
-  if (!qwen2 && spec.architecture != "llama")
+/// Checks that `spec` describes a model caflm can build.
+void check_shape(const RandomModelSpec& spec) {
+  if (spec.architecture != "qwen2" && spec.architecture != "llama")
     throw std::invalid_argument(fmt::format("unknown architecture '{}'", spec.architecture));
   if (spec.dim == 0 || spec.n_layers == 0 || spec.n_heads == 0 || spec.n_kv_heads == 0 ||
       spec.ffn_dim == 0)
@@ -70,7 +67,39 @@ void write_random_model(const RandomModelSpec& spec, const GgufFile& tokenizer,
     throw std::invalid_argument("heads must be a multiple of kv-heads");
   if (spec.type == TensorType::Q8_0 && (spec.dim % 32 != 0 || spec.ffn_dim % 32 != 0))
     throw std::invalid_argument("q8_0 needs dim and ffn to be multiples of 32");
+}
 
+} // namespace
+
+std::uint64_t random_model_bytes(const RandomModelSpec& spec, std::uint64_t vocab_size) {
+  check_shape(spec);
+  std::uint64_t total = 0;
+  auto add = [&](std::uint64_t rows, std::uint64_t cols) {
+    std::uint64_t bytes = 0;
+    if (__builtin_mul_overflow(rows, tensor_row_bytes(spec.type, cols), &bytes) ||
+        __builtin_add_overflow(total, bytes, &total))
+      throw std::invalid_argument("the model's size overflows");
+  };
+  const std::uint64_t kv_dim = std::uint64_t{spec.n_kv_heads} * (spec.dim / spec.n_heads);
+  add(vocab_size, spec.dim);
+  if (!spec.tied_embeddings)
+    add(vocab_size, spec.dim);
+  for (std::uint32_t i = 0; i < spec.n_layers; ++i) {
+    add(spec.dim, spec.dim);
+    add(kv_dim, spec.dim);
+    add(kv_dim, spec.dim);
+    add(spec.dim, spec.dim);
+    add(spec.ffn_dim, spec.dim);
+    add(spec.ffn_dim, spec.dim);
+    add(spec.dim, spec.ffn_dim);
+  }
+  return total;
+}
+
+void write_random_model(const RandomModelSpec& spec, const GgufFile& tokenizer,
+                        const std::string& path) {
+  check_shape(spec);
+  const bool qwen2 = spec.architecture == "qwen2";
   const auto tokens = tokenizer.get_string_array("tokenizer.ggml.tokens");
   if (!tokens || tokens->empty())
     throw std::invalid_argument("the tokenizer file has no tokenizer.ggml.tokens");

@@ -25,6 +25,12 @@ struct RandomModelSpec {
 
 class GgufFile;
 
+/// Bytes of the tensors of a random model of `spec`'s shape over a
+/// vocabulary of `vocab_size` tokens (the file is a little more). Throws
+/// std::invalid_argument when the shape is impossible or the size
+/// overflows.
+std::uint64_t random_model_bytes(const RandomModelSpec& spec, std::uint64_t vocab_size);
+
 /// Writes a GGUF v3 model of `spec`'s shape with seeded random weights: the
 /// same spec and tokenizer always give the same file. The tokenizer is the
 /// `tokenizer.*` metadata of `tokenizer` (a model, or a vocabulary-only file
