@@ -32,7 +32,7 @@ engine_core_actor::behavior_type stand_in_engine(engine_core_actor::pointer,
                                                  std::shared_ptr<EngineLog> log) {
   return {
       [](add_atom, const GenerateRequest& request, const token_sink&) {
-        return Admission{request.id, request.attempt, true, InferenceError{}};
+        return Admission::accept(request.id, request.attempt);
       },
       [log](get_load_atom) {
         ++log->polls;

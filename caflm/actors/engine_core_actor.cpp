@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 
 #include "caflm/actors/request_key.hpp"
+#include "caflm/actors/sink_watch.hpp"
 #include "caflm/actors/worker_actor.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/inference_engine.hpp"
@@ -49,9 +50,9 @@ struct EngineCoreState {
   std::uint64_t arrivals = 0;
   /// Requests in the worker, until their last chunk.
   std::unordered_set<std::uint64_t> in_flight;
-  /// Sinks of waiting requests (tokenizing or queued) and how many each
-  /// has: monitored, so that a request whose client died leaves at once.
-  std::unordered_map<caf::actor_addr, std::uint32_t> watched_sinks;
+  /// Sinks of waiting requests (tokenizing or queued): a request whose
+  /// client died leaves at once.
+  SinkWatch watched_sinks;
   /// The worker's latest view of its KV cache.
   LoadReport kv;
   /// Backpressure refusals not logged yet, and when the last line was.
@@ -68,8 +69,7 @@ using core_pointer = engine_core_internal_actor::stateful_pointer<EngineCoreStat
 Admission refuse(const GenerateRequest& request, InferenceErrorCode code, std::string message) {
   log(LogLevel::Info, "engine refused request {} (attempt {}): {}: {}", request.id, request.attempt,
       to_string(code), message);
-  return Admission{request.id, request.attempt, false,
-                   InferenceError{request.id, request.attempt, code, std::move(message)}};
+  return Admission::refuse(request.id, request.attempt, code, std::move(message));
 }
 
 /// Refused for a full queue. Under overload that is every request, so the
@@ -85,25 +85,17 @@ Admission refuse_backpressure(core_pointer self, const GenerateRequest& request)
     st.unlogged_backpressure = 0;
     st.backpressure_logged = now;
   }
-  return Admission{request.id, request.attempt, false,
-                   InferenceError{request.id, request.attempt, InferenceErrorCode::backpressure,
-                                  "the engine's queue of " +
-                                      std::to_string(st.limits.queue_capacity) +
-                                      " requests is full"}};
+  return Admission::refuse(request.id, request.attempt, InferenceErrorCode::backpressure,
+                           "the engine's queue of " + std::to_string(st.limits.queue_capacity) +
+                               " requests is full");
 }
 
 void watch(core_pointer self, const token_sink& sink) {
-  if (self->state.watched_sinks[sink.address()]++ == 0)
-    self->monitor(sink);
+  self->state.watched_sinks.add(self, sink);
 }
 
 void unwatch(core_pointer self, const caf::actor_addr& sink) {
-  auto& watched = self->state.watched_sinks;
-  auto it = watched.find(sink);
-  if (it != watched.end() && --it->second == 0) {
-    self->demonitor(sink);
-    watched.erase(it);
-  }
+  self->state.watched_sinks.remove(self, sink);
 }
 
 /// Forgets a request that left the engine (or never entered it).
@@ -187,7 +179,7 @@ Admission admit(core_pointer self, std::uint64_t engine_id, GenerateRequest requ
     forget(self, engine_id);
     return *refused;
   }
-  const Admission accepted{request.id, request.attempt, true, {}};
+  const Admission accepted = Admission::accept(request.id, request.attempt);
   const QueuePosition position{-std::int64_t{request.priority}, st.arrivals++};
   st.queued.emplace(engine_id, position);
   st.queue.emplace(position, Pending{engine_id, std::move(request), std::move(sink)});
@@ -237,10 +229,9 @@ caf::result<Admission> add(core_pointer self, GenerateRequest& request, token_si
             st.tokenizing.erase(it);
             if (cancelled) {
               forget(self, engine_id);
-              promise.deliver(Admission{
-                  request.id, request.attempt, false,
-                  InferenceError{request.id, request.attempt, InferenceErrorCode::cancelled,
-                                 "cancelled while its prompt was tokenized"}});
+              promise.deliver(Admission::refuse(request.id, request.attempt,
+                                                InferenceErrorCode::cancelled,
+                                                "cancelled while its prompt was tokenized"));
               return;
             }
             request.prompt_tokens = std::move(tokens);
@@ -256,9 +247,8 @@ caf::result<Admission> add(core_pointer self, GenerateRequest& request, token_si
             st.tokenizing.erase(it);
             forget(self, engine_id);
             promise.deliver(
-                Admission{id, attempt, false,
-                          InferenceError{id, attempt, InferenceErrorCode::engine_fault,
-                                         "tokenizing failed: " + self->system().render(error)}});
+                Admission::refuse(id, attempt, InferenceErrorCode::engine_fault,
+                                  "tokenizing failed: " + self->system().render(error)));
           });
   return promise;
 }
@@ -290,7 +280,7 @@ void cancel(core_pointer self, const RequestKey& key) {
 /// cancels those it runs).
 void sink_down(core_pointer self, const caf::actor_addr& sink) {
   auto& st = self->state;
-  if (st.watched_sinks.count(sink) == 0)
+  if (!st.watched_sinks.watches(sink))
     return;
   std::vector<std::uint64_t> orphans;
   for (const auto& [engine_id, key] : st.keys)

@@ -8,6 +8,7 @@
 #include <caf/io/middleman_actor.hpp>
 
 #include "caflm/actors/request_key.hpp"
+#include "caflm/actors/sink_watch.hpp"
 #include "caflm/engine/log.hpp"
 
 namespace caflm {
@@ -45,8 +46,8 @@ struct RemoteState {
   std::unordered_map<RequestKey, std::uint64_t, RequestKeyHash> tickets;
   /// Admissions the remote has not answered yet, by ticket.
   std::unordered_map<std::uint64_t, caf::typed_response_promise<Admission>> pending_adds;
-  /// Local sinks and how many forwarded requests each has (monitored).
-  std::unordered_map<caf::actor_addr, std::uint32_t> sink_uses;
+  /// Local sinks of forwarded requests.
+  SinkWatch sinks;
 
   static inline const char* name = "caflm.remote_engine";
 
@@ -82,8 +83,7 @@ std::uint64_t track(proxy_pointer self, const GenerateRequest& request, const to
   const std::uint64_t ticket = st.next_ticket++;
   st.forwarded.emplace(ticket, Forwarded{sink, request.id, request.attempt});
   st.tickets.emplace(RequestKey{sink.address(), request.id, request.attempt}, ticket);
-  if (st.sink_uses[sink.address()]++ == 0)
-    self->monitor(sink);
+  st.sinks.add(self, sink);
   return ticket;
 }
 
@@ -97,11 +97,7 @@ Forwarded forget(proxy_pointer self, std::uint64_t ticket) {
   Forwarded forwarded = std::move(it->second);
   st.forwarded.erase(it);
   st.tickets.erase(RequestKey{forwarded.sink.address(), forwarded.id, forwarded.attempt});
-  auto uses = st.sink_uses.find(forwarded.sink.address());
-  if (uses != st.sink_uses.end() && --uses->second == 0) {
-    self->demonitor(forwarded.sink.address());
-    st.sink_uses.erase(uses);
-  }
+  st.sinks.remove(self, forwarded.sink.address());
   return forwarded;
 }
 
@@ -126,9 +122,8 @@ std::optional<caf::typed_response_promise<Admission>> take_pending_add(proxy_poi
 
 Admission unavailable(const RemoteState& st, std::uint64_t id, std::uint32_t attempt,
                       const std::string& why) {
-  return Admission{id, attempt, false,
-                   InferenceError{id, attempt, InferenceErrorCode::engine_unavailable,
-                                  "the remote engine at " + st.address() + " " + why}};
+  return Admission::refuse(id, attempt, InferenceErrorCode::engine_unavailable,
+                           "the remote engine at " + st.address() + " " + why);
 }
 
 void schedule_connect(proxy_pointer self) {
@@ -260,11 +255,10 @@ caf::result<Admission> add(proxy_pointer self, GenerateRequest& request, token_s
   if (!st.connected)
     return unavailable(st, id, attempt, "is not connected");
   if (!sink || st.tickets.count(RequestKey{sink.address(), id, attempt}) != 0)
-    return Admission{id, attempt, false,
-                     InferenceError{id, attempt, InferenceErrorCode::bad_request,
-                                    "request " + std::to_string(id) + " attempt " +
-                                        std::to_string(attempt) +
-                                        " of this sink is already forwarded, or has no sink"}};
+    return Admission::refuse(id, attempt, InferenceErrorCode::bad_request,
+                             "request " + std::to_string(id) + " attempt " +
+                                 std::to_string(attempt) +
+                                 " of this sink is already forwarded, or has no sink");
   const std::uint64_t ticket = track(self, request, sink);
   auto promise = self->make_response_promise<Admission>();
   st.pending_adds.emplace(ticket, promise);

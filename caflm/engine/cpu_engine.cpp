@@ -44,6 +44,19 @@ std::uint64_t kv_block_bytes(const ModelConfig& m, std::uint32_t block_size) {
   return checked_product(bytes, m.kv_dim(), "a KV block");
 }
 
+/// Memory the operating system says is available now (MemAvailable), or 0
+/// when it cannot tell.
+std::size_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::size_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:")
+      return kib * 1024;
+  return 0;
+}
+
 } // namespace
 
 EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& options) {
@@ -65,16 +78,15 @@ EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& optio
   // The pool counts blocks in 32 bits; no machine holds that many anyway.
   config.kv_blocks = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(blocks, std::numeric_limits<std::uint32_t>::max() - 1));
-  const std::uint64_t pool_tokens = std::uint64_t{config.kv_blocks} * s.block_size;
-  std::uint64_t context = m.context_length;
-  if (options.max_context != 0)
-    context = std::min<std::uint64_t>(context, options.max_context);
-  s.max_context = static_cast<std::uint32_t>(std::min(context, pool_tokens));
-  if (s.max_context < context)
+  const std::uint32_t asked =
+      options.max_context == 0 ? m.context_length : std::min(m.context_length, options.max_context);
+  s.max_context = asked;
+  config = fit_context_to_pool(config);
+  if (config.scheduler.max_context < asked)
     log(LogLevel::Info,
-        "the KV cache of {} holds {} tokens: sequences are limited to {} tokens (the context "
-        "asked for is {})",
-        human_bytes(options.kv_cache_bytes), pool_tokens, s.max_context, context);
+        "the KV cache of {} holds {} tokens: sequences are limited to that (the context asked "
+        "for is {})",
+        human_bytes(options.kv_cache_bytes), config.scheduler.max_context, asked);
   return config;
 }
 
@@ -124,17 +136,6 @@ std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> mo
                                                  const EngineConfig& config) {
   auto tokenizer = load_tokenizer(*model);
   return make_cpu_engine(std::move(model), std::move(tokenizer), config);
-}
-
-std::size_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  std::size_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:")
-      return kib * 1024;
-  return 0;
 }
 
 void check_available_memory(double bytes, const std::string& what) {

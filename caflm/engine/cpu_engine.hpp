@@ -45,10 +45,6 @@ std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> mo
 std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> model,
                                                  const EngineConfig& config);
 
-/// Memory the operating system says is available now (MemAvailable), or 0
-/// when it cannot tell.
-std::size_t available_memory_bytes();
-
 /// Throws std::runtime_error, saying how much `what` needs and how much is
 /// available, when `bytes` exceed the available memory: better than
 /// allocating it and having the process killed for it.

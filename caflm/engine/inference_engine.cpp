@@ -36,18 +36,12 @@ const char* to_string(EngineFault fault) {
   return "unknown fault";
 }
 
-namespace {
-
-/// `config` with its context cut to what the KV pool holds: a sequence the
-/// engine accepts must fit in the pool alone.
-EngineConfig fitted(EngineConfig config) {
+EngineConfig fit_context_to_pool(EngineConfig config) {
   const std::uint64_t pool_tokens = std::uint64_t{config.kv_blocks} * config.scheduler.block_size;
   if (pool_tokens < config.scheduler.max_context)
     config.scheduler.max_context = static_cast<std::uint32_t>(pool_tokens);
   return config;
 }
-
-} // namespace
 
 const char* to_string(AddError error) {
   switch (error) {
@@ -72,7 +66,7 @@ InferenceEngine::InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
                                  std::uint64_t cache_salt)
   : tokenizer_(std::move(tokenizer))
   , backend_(std::move(backend))
-  , config_(fitted(config))
+  , config_(fit_context_to_pool(config))
   , pool_(config.kv_blocks)
   , cache_(config.prefix_caching ? config.kv_blocks : 0, config.scheduler.block_size, cache_salt)
   , table_(config_.scheduler, pool_, config.prefix_caching ? &cache_ : nullptr)

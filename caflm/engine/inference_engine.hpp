@@ -97,6 +97,11 @@ struct EngineConfig {
   bool prefix_caching = true;
 };
 
+/// `config` with its context cut to what its KV pool holds, so that a
+/// sequence an engine accepts always fits in the pool alone. Every engine
+/// applies it to the config it is given.
+EngineConfig fit_context_to_pool(EngineConfig config);
+
 /// Point-in-time load of an engine, for routing: the same report crosses
 /// the network (messages/) and reaches the coordinator.
 struct LoadReport {

@@ -126,6 +126,16 @@ struct Admission {
   std::uint32_t attempt = 0;
   bool accepted = false;
   InferenceError error;
+
+  /// Request `id`'s `attempt` is taken.
+  static Admission accept(std::uint64_t id, std::uint32_t attempt) {
+    return Admission{id, attempt, true, InferenceError{}};
+  }
+  /// Request `id`'s `attempt` is refused with `code`, saying why.
+  static Admission refuse(std::uint64_t id, std::uint32_t attempt, InferenceErrorCode code,
+                          std::string message) {
+    return Admission{id, attempt, false, InferenceError{id, attempt, code, std::move(message)}};
+  }
 };
 
 // -- serialization (CAF 0.17 inspect) ----------------------------------------

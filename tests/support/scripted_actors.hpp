@@ -78,15 +78,6 @@ struct EngineScript {
   }
 };
 
-inline Admission accepted(const GenerateRequest& request) {
-  return Admission{request.id, request.attempt, true, InferenceError{}};
-}
-
-inline Admission refused(const GenerateRequest& request, InferenceErrorCode code) {
-  return Admission{request.id, request.attempt, false,
-                   InferenceError{request.id, request.attempt, code, "scripted refusal"}};
-}
-
 /// Tells a scripted engine to give a held answer: accepted.
 using release_atom = caf::atom_constant<caf::atom("t_release")>;
 
@@ -102,9 +93,10 @@ scripted_engine_behavior(scripted_engine_actor::pointer self,
         script->added.push_back(Added{request, sink});
         switch (script->answer) {
         case EngineScript::Answer::Accept:
-          return accepted(request);
+          return Admission::accept(request.id, request.attempt);
         case EngineScript::Answer::Refuse:
-          return refused(request, script->refusal);
+          return Admission::refuse(request.id, request.attempt, script->refusal,
+                                   "scripted refusal");
         case EngineScript::Answer::Hold:
           break;
         }
@@ -122,7 +114,7 @@ scripted_engine_behavior(scripted_engine_actor::pointer self,
       },
       [script](release_atom, std::size_t index) {
         auto& [promise, request] = script->held.at(index);
-        promise.deliver(accepted(request));
+        promise.deliver(Admission::accept(request.id, request.attempt));
       },
   };
 }
