@@ -6,6 +6,7 @@
 
 #include "caflm/gguf/gguf.hpp"
 #include "caflm/gguf/gguf_writer.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
 
 #include <cstdio>
 #include <fstream>
@@ -45,7 +46,7 @@ std::vector<uint8_t> every_tensor_type(uint32_t alignment) {
   writer.add_tensor("b.f16", caflm::TensorType::F16, {5}, std::vector<uint8_t>(10, 2));
   writer.add_tensor("c.bf16", caflm::TensorType::BF16, {2, 2, 1, 2}, std::vector<uint8_t>(16, 3));
   writer.add_tensor("d.q8_0", caflm::TensorType::Q8_0, {32, 2},
-                    std::vector<uint8_t>(2 * caflm::kQ8_0BlockBytes, 4));
+                    std::vector<uint8_t>(2 * sizeof(caflm::BlockQ8_0), 4));
   return writer.to_bytes();
 }
 

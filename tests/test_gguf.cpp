@@ -1,5 +1,6 @@
 #include "caflm/gguf/gguf.hpp"
 #include "caflm/gguf/gguf_writer.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
 #include "caflm/gguf/tensor_type.hpp"
 
 #include <catch2/catch.hpp>
@@ -239,7 +240,7 @@ TEST_CASE("the writer round-trips every value type and tensor type", "[gguf][wri
   const std::vector<uint8_t> f32 = bytes_of(std::vector<float>{1, -2, 3, -4, 5, -6});
   const std::vector<uint8_t> f16 = pattern(5 * 2, 10); // odd size: the next tensor needs padding
   const std::vector<uint8_t> bf16 = pattern(4 * 2 * 3 * 2, 50);
-  const std::vector<uint8_t> q8_0 = pattern(2 * 2 * caflm::kQ8_0BlockBytes, 90);
+  const std::vector<uint8_t> q8_0 = pattern(2 * 2 * sizeof(caflm::BlockQ8_0), 90);
   writer.add_tensor("a.f32", TensorType::F32, {3, 2}, f32);
   writer.add_tensor("b.f16", TensorType::F16, {5}, f16);
   writer.add_tensor("c.bf16", TensorType::BF16, {4, 2, 3}, bf16);
@@ -462,10 +463,11 @@ TEST_CASE("corrupted header fields give errors that say what is wrong", "[gguf]"
   }
   SECTION("an unsupported tensor type names the type and the tensor") {
     const size_t type = tensor_fields(image, "blk.0.attn_q.weight", 2).type;
-    poke<uint32_t>(image, type, 2);
-    CHECK_THAT(open_error(image), Contains("'blk.0.attn_q.weight'") && Contains("type q4_0"));
-    poke<uint32_t>(image, type, 12);
-    CHECK_THAT(open_error(image), Contains("type q4_K"));
+    poke<uint32_t>(image, type, 23);
+    CHECK_THAT(open_error(image), Contains("'blk.0.attn_q.weight'") && Contains("type iq4_xs"));
+    // Q8_K only ever holds activations; a weight of that type is refused.
+    poke<uint32_t>(image, type, 15);
+    CHECK_THAT(open_error(image), Contains("type q8_K"));
     poke<uint32_t>(image, type, 1000);
     CHECK_THAT(open_error(image), Contains("type unknown (ggml type 1000)"));
   }
@@ -578,10 +580,17 @@ TEST_CASE("tensor type names, ids and row sizes", "[tensor_type]") {
   CHECK(std::string(caflm::to_string(TensorType::Q8_0)) == "q8_0");
   CHECK(caflm::tensor_type_from_name("bf16") == TensorType::BF16);
   CHECK(caflm::tensor_type_from_name("f16") == TensorType::F16);
-  CHECK_FALSE(caflm::tensor_type_from_name("q4_0"));
+  CHECK(caflm::tensor_type_from_name("q4_0") == TensorType::Q4_0);
+  CHECK(caflm::tensor_type_from_name("Q4_K") == TensorType::Q4_K);
+  CHECK(caflm::tensor_type_from_name("q6_k") == TensorType::Q6_K);
+  CHECK_FALSE(caflm::tensor_type_from_name("q8_k"));
+  CHECK_FALSE(caflm::tensor_type_from_name("iq4_xs"));
   CHECK(caflm::tensor_type_from_id(30) == TensorType::BF16);
   CHECK(caflm::tensor_type_from_id(0) == TensorType::F32);
-  CHECK_FALSE(caflm::tensor_type_from_id(2));
+  CHECK(caflm::tensor_type_from_id(2) == TensorType::Q4_0);
+  CHECK(caflm::tensor_type_from_id(14) == TensorType::Q6_K);
+  CHECK_FALSE(caflm::tensor_type_from_id(15));
+  CHECK_FALSE(caflm::tensor_type_from_id(16));
   CHECK(std::string(caflm::ggml_type_name(2)) == "q4_0");
   CHECK(std::string(caflm::ggml_type_name(12)) == "q4_K");
   CHECK(std::string(caflm::ggml_type_name(23)) == "iq4_xs");
@@ -592,6 +601,15 @@ TEST_CASE("tensor type names, ids and row sizes", "[tensor_type]") {
   CHECK(caflm::tensor_row_bytes(TensorType::BF16, 10) == 20);
   CHECK(caflm::tensor_row_bytes(TensorType::Q8_0, 96) == 3 * 34);
   CHECK_THROWS_AS(caflm::tensor_row_bytes(TensorType::Q8_0, 40), std::invalid_argument);
+  CHECK(caflm::tensor_row_bytes(TensorType::Q4_0, 64) == 2 * 18);
+  CHECK(caflm::tensor_row_bytes(TensorType::Q5_1, 32) == 24);
+  CHECK(caflm::tensor_row_bytes(TensorType::Q2_K, 512) == 2 * 84);
+  CHECK(caflm::tensor_row_bytes(TensorType::Q3_K, 256) == 110);
+  CHECK(caflm::tensor_row_bytes(TensorType::Q4_K, 256) == 144);
+  CHECK(caflm::tensor_row_bytes(TensorType::Q5_K, 256) == 176);
+  CHECK(caflm::tensor_row_bytes(TensorType::Q6_K, 768) == 3 * 210);
+  CHECK_THROWS_WITH(caflm::tensor_row_bytes(TensorType::Q4_K, 288),
+                    Contains("q4_k") && Contains("block size 256"));
 }
 
 TEST_CASE("f16 conversion is exact and rounds to nearest even", "[tensor_type]") {

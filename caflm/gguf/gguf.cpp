@@ -463,14 +463,16 @@ void GgufFile::parse(const uint8_t* data, size_t size) {
       const std::optional<TensorType> type = tensor_type_from_id(type_id);
       if (!type) {
         throw GgufError(fmt::format("tensor {} has type {} (ggml type {}), which caflm does not "
-                                    "support (supported: f32, f16, bf16, q8_0)",
+                                    "support (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, "
+                                    "q8_0, q2_K, q3_K, q4_K, q5_K, q6_K)",
                                     quoted(name), ggml_type_name(type_id), type_id));
       }
       info.type = *type;
-      if (info.type == TensorType::Q8_0 && info.dims[0] % kQ8_0BlockSize != 0) {
-        throw GgufError(fmt::format("tensor {} is q8_0 but its rows of {} elements are not a "
+      if (info.dims[0] % tensor_block_size(info.type) != 0) {
+        throw GgufError(fmt::format("tensor {} is {} but its rows of {} elements are not a "
                                     "multiple of the block size {}",
-                                    quoted(name), info.dims[0], kQ8_0BlockSize));
+                                    quoted(name), to_string(info.type), info.dims[0],
+                                    tensor_block_size(info.type)));
       }
       where.field = "data offset";
       offsets.push_back(in.read<uint64_t>(where));

@@ -129,10 +129,10 @@ void GgufWriter::add_tensor(std::string_view name, TensorType type, std::vector<
           fmt::format("GgufWriter: tensor '{}' has an empty or overflowing shape", name));
     }
   }
-  if (type == TensorType::Q8_0 && dims[0] % kQ8_0BlockSize != 0) {
-    throw GgufError(fmt::format("GgufWriter: q8_0 tensor '{}' has rows of {} elements, not a "
+  if (dims[0] % tensor_block_size(type) != 0) {
+    throw GgufError(fmt::format("GgufWriter: {} tensor '{}' has rows of {} elements, not a "
                                 "multiple of {}",
-                                name, dims[0], kQ8_0BlockSize));
+                                to_string(type), name, dims[0], tensor_block_size(type)));
   }
   const uint64_t expected_bytes = n_elements / dims[0] * tensor_row_bytes(type, dims[0]);
   if (bytes.size() != expected_bytes) {

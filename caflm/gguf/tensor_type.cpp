@@ -1,5 +1,8 @@
 #include "caflm/gguf/tensor_type.hpp"
 
+#include "caflm/gguf/quant_blocks.hpp"
+
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -40,8 +43,30 @@ const char* to_string(TensorType type) {
     return "f32";
   case TensorType::F16:
     return "f16";
+  case TensorType::Q4_0:
+    return "q4_0";
+  case TensorType::Q4_1:
+    return "q4_1";
+  case TensorType::Q5_0:
+    return "q5_0";
+  case TensorType::Q5_1:
+    return "q5_1";
   case TensorType::Q8_0:
     return "q8_0";
+  case TensorType::Q8_1:
+    return "q8_1";
+  case TensorType::Q2_K:
+    return "q2_k";
+  case TensorType::Q3_K:
+    return "q3_k";
+  case TensorType::Q4_K:
+    return "q4_k";
+  case TensorType::Q5_K:
+    return "q5_k";
+  case TensorType::Q6_K:
+    return "q6_k";
+  case TensorType::Q8_K:
+    return "q8_k";
   case TensorType::BF16:
     return "bf16";
   }
@@ -49,27 +74,79 @@ const char* to_string(TensorType type) {
 }
 
 std::optional<TensorType> tensor_type_from_id(uint32_t ggml_id) {
-  switch (ggml_id) {
-  case static_cast<uint32_t>(TensorType::F32):
-    return TensorType::F32;
-  case static_cast<uint32_t>(TensorType::F16):
-    return TensorType::F16;
-  case static_cast<uint32_t>(TensorType::Q8_0):
-    return TensorType::Q8_0;
-  case static_cast<uint32_t>(TensorType::BF16):
-    return TensorType::BF16;
-  default:
-    return std::nullopt;
-  }
+  for (TensorType type : kWeightTypes)
+    if (static_cast<uint32_t>(type) == ggml_id)
+      return type;
+  return std::nullopt;
 }
 
 std::optional<TensorType> tensor_type_from_name(std::string_view name) {
-  for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::BF16}) {
-    if (name == to_string(type)) {
+  std::string lower(name);
+  for (char& c : lower)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (TensorType type : kWeightTypes)
+    if (lower == to_string(type))
       return type;
-    }
-  }
   return std::nullopt;
+}
+
+uint64_t tensor_block_size(TensorType type) {
+  switch (type) {
+  case TensorType::F32:
+  case TensorType::F16:
+  case TensorType::BF16:
+    return 1;
+  case TensorType::Q4_0:
+  case TensorType::Q4_1:
+  case TensorType::Q5_0:
+  case TensorType::Q5_1:
+  case TensorType::Q8_0:
+  case TensorType::Q8_1:
+    return 32;
+  case TensorType::Q2_K:
+  case TensorType::Q3_K:
+  case TensorType::Q4_K:
+  case TensorType::Q5_K:
+  case TensorType::Q6_K:
+  case TensorType::Q8_K:
+    return kQK_K;
+  }
+  throw std::invalid_argument("tensor_block_size: invalid tensor type");
+}
+
+uint64_t tensor_block_bytes(TensorType type) {
+  switch (type) {
+  case TensorType::F32:
+    return 4;
+  case TensorType::F16:
+  case TensorType::BF16:
+    return 2;
+  case TensorType::Q4_0:
+    return sizeof(BlockQ4_0);
+  case TensorType::Q4_1:
+    return sizeof(BlockQ4_1);
+  case TensorType::Q5_0:
+    return sizeof(BlockQ5_0);
+  case TensorType::Q5_1:
+    return sizeof(BlockQ5_1);
+  case TensorType::Q8_0:
+    return sizeof(BlockQ8_0);
+  case TensorType::Q8_1:
+    return sizeof(BlockQ8_1);
+  case TensorType::Q2_K:
+    return sizeof(BlockQ2_K);
+  case TensorType::Q3_K:
+    return sizeof(BlockQ3_K);
+  case TensorType::Q4_K:
+    return sizeof(BlockQ4_K);
+  case TensorType::Q5_K:
+    return sizeof(BlockQ5_K);
+  case TensorType::Q6_K:
+    return sizeof(BlockQ6_K);
+  case TensorType::Q8_K:
+    return sizeof(BlockQ8_K);
+  }
+  throw std::invalid_argument("tensor_block_bytes: invalid tensor type");
 }
 
 const char* ggml_type_name(uint32_t ggml_id) {
@@ -78,20 +155,13 @@ const char* ggml_type_name(uint32_t ggml_id) {
 }
 
 uint64_t tensor_row_bytes(TensorType type, uint64_t n_elements_in_row) {
-  switch (type) {
-  case TensorType::F32:
-    return 4 * n_elements_in_row;
-  case TensorType::F16:
-  case TensorType::BF16:
-    return 2 * n_elements_in_row;
-  case TensorType::Q8_0:
-    if (n_elements_in_row % kQ8_0BlockSize != 0) {
-      throw std::invalid_argument("q8_0 row of " + std::to_string(n_elements_in_row) +
-                                  " elements is not a multiple of the block size 32");
-    }
-    return n_elements_in_row / kQ8_0BlockSize * kQ8_0BlockBytes;
+  const uint64_t block_size = tensor_block_size(type);
+  if (n_elements_in_row % block_size != 0) {
+    throw std::invalid_argument(
+        std::string(to_string(type)) + " row of " + std::to_string(n_elements_in_row) +
+        " elements is not a multiple of the block size " + std::to_string(block_size));
   }
-  throw std::invalid_argument("tensor_row_bytes: invalid tensor type");
+  return n_elements_in_row / block_size * tensor_block_bytes(type);
 }
 
 float f16_to_f32(uint16_t half) {
