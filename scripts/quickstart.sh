@@ -10,7 +10,7 @@ build="${CAFLM_BUILD_DIR:-$here/build}"
 packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev catch2 libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
-  libopenblas-dev libcli11-dev libxxhash-dev libbenchmark-dev libicu-dev
+  libopenblas-dev libcli11-dev libxxhash-dev libbenchmark-dev python3 unicode-data
 )
 
 install_missing_packages() {

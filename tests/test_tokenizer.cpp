@@ -343,21 +343,40 @@ TEST_CASE("pre-tokenizers split words like their regexes", "[tokenizer]") {
   CHECK(pre_tokenize(PreTokenizer::Gpt2, "a\xFF") == Words{"a", kReplacement});
 }
 
-TEST_CASE("unknown pre-tokenizer names fall back to GPT-2's", "[tokenizer]") {
-  const auto pre_of = [](const char* name) {
+TEST_CASE("unknown pre-tokenizer names fall back to llama.cpp's default, with a warning",
+          "[tokenizer]") {
+  const auto vocabulary_named = [](const char* name) {
     VocabularySpec spec;
     spec.kind = TokenizerKind::Bpe;
     spec.pre_tokenizer_name = name;
     spec.tokens = {"a", "b", "ab"};
     spec.merges = {"a b"};
-    return Vocabulary(std::move(spec)).pre_tokenizer();
+    return Vocabulary(std::move(spec));
   };
+  const auto pre_of = [&](const char* name) { return vocabulary_named(name).pre_tokenizer(); };
   CHECK(pre_of("gpt-2") == PreTokenizer::Gpt2);
-  CHECK(pre_of("default") == PreTokenizer::Gpt2);
-  CHECK(pre_of("no-such-model") == PreTokenizer::Gpt2);
+  CHECK(pre_of("default") == PreTokenizer::Default);
+  CHECK(pre_of("no-such-model") == PreTokenizer::Default);
+  CHECK(pre_of("") == PreTokenizer::Default);
   CHECK(pre_of("llama-bpe") == PreTokenizer::Llama3);
   CHECK(pre_of("qwen2") == PreTokenizer::Qwen2);
   CHECK(pre_of("smollm") == PreTokenizer::DigitsThenGpt2);
+
+  // Known names, "default" included, give no warning.
+  CHECK(vocabulary_named("gpt-2").pre_tokenizer_warning().empty());
+  CHECK(vocabulary_named("default").pre_tokenizer_warning().empty());
+  // An unknown name is named in the warning, with the fallback used.
+  const std::string unknown = vocabulary_named("no-such-model").pre_tokenizer_warning();
+  CHECK_THAT(unknown, Catch::Contains("'no-such-model'"));
+  CHECK_THAT(unknown, Catch::Contains("'default'"));
+  const std::string missing = vocabulary_named("").pre_tokenizer_warning();
+  CHECK_THAT(missing, Catch::Contains("no tokenizer.ggml.pre"));
+  CHECK_THAT(missing, Catch::Contains("'default'"));
+  // SentencePiece vocabularies have no pre-tokenizer: nothing to warn about.
+  VocabularySpec spm;
+  spm.tokens = {"<unk>", "<s>", "</s>"};
+  spm.pre_tokenizer_name = "no-such-model";
+  CHECK(Vocabulary(std::move(spm)).pre_tokenizer_warning().empty());
 }
 
 TEST_CASE("Llama 3 vocabularies skip merges for whole-token words", "[tokenizer]") {

@@ -45,3 +45,4 @@ target_compile_definitions(test_shared_worker PRIVATE CAFLM_BINARY="$<TARGET_FIL
 add_dependencies(test_shared_worker caflm)
 # It measures a worker's memory: other tests' load beside it would be noise.
 set_tests_properties(test_shared_worker PROPERTIES RUN_SERIAL TRUE)
+caflm_add_test(test_pre_tokenizer caflm_text)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <stdexcept>
 
+#include "caflm/engine/log.hpp"
 #include "caflm/model/model.hpp"
 #include "caflm/text/tokenizer.hpp"
 #include "caflm/text/vocabulary.hpp"
@@ -15,6 +16,8 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const Model& model) {
     throw std::runtime_error(fmt::format(
         "the tokenizer has {} tokens, more than the {} rows of the model's embedding table",
         vocabulary->size(), model.config().vocab_size));
+  if (!vocabulary->pre_tokenizer_warning().empty())
+    log(LogLevel::Warning, std::string_view(vocabulary->pre_tokenizer_warning()));
   return std::make_shared<const Tokenizer>(std::move(vocabulary));
 }
 

@@ -1,5 +1,6 @@
 #include "caflm/text/tokenizer.hpp"
 
+#include "caflm/text/pre_tokenizer.hpp"
 #include "caflm/text/unicode.hpp"
 
 #include <fmt/format.h>
@@ -15,224 +16,6 @@
 namespace caflm {
 
 namespace {
-
-// ---------------------------------------------------------------------------
-// Pre-tokenizers. The regexes (see PreTokenizer) are hand-coded over code
-// points, mirroring llama.cpp's own hand-coded versions branch for branch, as
-// std::regex has no \p{L}. Alternatives are tried in regex order; the first
-// that matches at the current position gives the next word.
-
-// Set in a class byte for positions inside the segment being split; positions
-// past its end have no class at all, which is how a regex sees its input end.
-constexpr uint8_t kInside = 0x80;
-constexpr uint32_t kPastEnd = 0xFFFFFFFF;
-
-/// One stretch of code points split into words, independently of its neighbours.
-class Segment {
- public:
-  Segment(const std::vector<uint32_t>& code_points, const std::vector<uint8_t>& classes,
-          size_t begin, size_t end, std::vector<size_t>& word_lengths)
-    : code_points_(code_points)
-    , classes_(classes)
-    , begin_(begin)
-    , end_(end)
-    , word_begin_(begin)
-    , word_lengths_(word_lengths) {}
-
-  size_t begin() const { return begin_; }
-  size_t end() const { return end_; }
-  uint32_t at(size_t pos) const { return pos < end_ ? code_points_[pos] : kPastEnd; }
-  uint8_t class_at(size_t pos) const { return pos < end_ ? (classes_[pos] | kInside) : 0; }
-  bool letter_at(size_t pos) const { return (class_at(pos) & unicode::kLetter) != 0; }
-  bool number_at(size_t pos) const { return (class_at(pos) & unicode::kNumber) != 0; }
-  bool whitespace_at(size_t pos) const { return (class_at(pos) & unicode::kWhitespace) != 0; }
-  /// [^\s\p{L}\p{N}]
-  bool other_at(size_t pos) const {
-    const uint8_t c = class_at(pos);
-    return (c & kInside) != 0 &&
-           (c & (unicode::kLetter | unicode::kNumber | unicode::kWhitespace)) == 0;
-  }
-  bool newline_at(size_t pos) const { return at(pos) == '\r' || at(pos) == '\n'; }
-
-  /// Ends the current word at `pos` (nothing if it would be empty).
-  void end_word(size_t pos) {
-    if (pos > word_begin_) {
-      word_lengths_.push_back(pos - word_begin_);
-    }
-    word_begin_ = pos;
-  }
-
- private:
-  const std::vector<uint32_t>& code_points_;
-  const std::vector<uint8_t>& classes_;
-  size_t begin_;
-  size_t end_;
-  size_t word_begin_;
-  std::vector<size_t>& word_lengths_;
-};
-
-/// Length of the contraction 's|'t|'re|'ve|'m|'ll|'d at `pos` (which holds an
-/// apostrophe), 0 if none; `any_case` makes the letters case-insensitive.
-size_t contraction_length(const Segment& s, size_t pos, bool any_case) {
-  const auto lower = [any_case](uint32_t c) {
-    return any_case && c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
-  };
-  const uint32_t first = lower(s.at(pos + 1));
-  if (first == 's' || first == 't' || first == 'm' || first == 'd') {
-    return 2;
-  }
-  const uint32_t second = lower(s.at(pos + 2));
-  if ((first == 'r' && second == 'e') || (first == 'v' && second == 'e') ||
-      (first == 'l' && second == 'l')) {
-    return 3;
-  }
-  return 0;
-}
-
-/// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-void split_gpt2(Segment& s) {
-  size_t pos = s.begin();
-  while (pos < s.end()) {
-    const uint32_t c = s.at(pos);
-    if (c == '\'') {
-      if (const size_t length = contraction_length(s, pos, false)) {
-        pos += length;
-        s.end_word(pos);
-        continue;
-      }
-    }
-    // The optional space before a letter, number or other run.
-    const size_t head = c == ' ' ? pos + 1 : pos;
-    if (s.letter_at(head)) {
-      for (pos = head; s.letter_at(pos); ++pos) {
-      }
-      s.end_word(pos);
-      continue;
-    }
-    if (s.number_at(head)) {
-      for (pos = head; s.number_at(pos); ++pos) {
-      }
-      s.end_word(pos);
-      continue;
-    }
-    if (s.other_at(head)) {
-      for (pos = head; s.other_at(pos); ++pos) {
-      }
-      s.end_word(pos);
-      continue;
-    }
-    // Only whitespace is left here (c is a space or has no other class).
-    size_t n_whitespace = 0;
-    while (s.whitespace_at(pos + n_whitespace)) {
-      ++n_whitespace;
-    }
-    if (n_whitespace > 1 && pos + n_whitespace < s.end()) {
-      // \s+(?!\S): the last space stays to prefix the word that follows.
-      pos += n_whitespace - 1;
-    } else {
-      pos += n_whitespace;
-    }
-    s.end_word(pos);
-  }
-}
-
-/// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
-///  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-void split_llama3(Segment& s, size_t max_digits) {
-  size_t pos = s.begin();
-  while (pos < s.end()) {
-    const uint32_t c = s.at(pos);
-    if (c == '\'') {
-      if (const size_t length = contraction_length(s, pos, true)) {
-        pos += length;
-        s.end_word(pos);
-        continue;
-      }
-    }
-    // [^\r\n\p{L}\p{N}]?\p{L}+ : one leading character of any other kind allowed.
-    if (!s.newline_at(pos) && !s.number_at(pos) && (s.letter_at(pos) || s.letter_at(pos + 1))) {
-      for (++pos; s.letter_at(pos); ++pos) {
-      }
-      s.end_word(pos);
-      continue;
-    }
-    if (s.number_at(pos)) {
-      for (size_t n = 0; n < max_digits && s.number_at(pos); ++n) {
-        ++pos;
-      }
-      s.end_word(pos);
-      continue;
-    }
-    const size_t head = c == ' ' ? pos + 1 : pos;
-    if (s.other_at(head)) {
-      for (pos = head; s.other_at(pos); ++pos) {
-      }
-      while (s.newline_at(pos)) {
-        ++pos;
-      }
-      s.end_word(pos);
-      continue;
-    }
-    // Only whitespace is left here. \s*[\r\n]+ ends at the run's last newline.
-    size_t n_whitespace = 0;
-    std::optional<size_t> after_last_newline;
-    while (s.whitespace_at(pos + n_whitespace)) {
-      if (s.newline_at(pos + n_whitespace)) {
-        after_last_newline = pos + n_whitespace + 1;
-      }
-      ++n_whitespace;
-    }
-    if (after_last_newline) {
-      pos = *after_last_newline;
-    } else if (n_whitespace > 1 && pos + n_whitespace < s.end()) {
-      pos += n_whitespace - 1; // \s+(?!\S), as in split_gpt2
-    } else {
-      pos += n_whitespace;
-    }
-    s.end_word(pos);
-  }
-}
-
-/// Word lengths, in code points, of `code_points` under `pre_tokenizer`.
-std::vector<size_t> split_words(PreTokenizer pre_tokenizer,
-                                const std::vector<uint32_t>& code_points) {
-  std::vector<uint8_t> classes(code_points.size());
-  for (size_t i = 0; i < code_points.size(); ++i) {
-    classes[i] = unicode::char_class(code_points[i]);
-  }
-  std::vector<size_t> word_lengths;
-  const size_t n = code_points.size();
-  switch (pre_tokenizer) {
-  case PreTokenizer::Gpt2: {
-    Segment segment(code_points, classes, 0, n, word_lengths);
-    split_gpt2(segment);
-    break;
-  }
-  case PreTokenizer::Llama3:
-  case PreTokenizer::Qwen2: {
-    Segment segment(code_points, classes, 0, n, word_lengths);
-    split_llama3(segment, pre_tokenizer == PreTokenizer::Llama3 ? 3 : 1);
-    break;
-  }
-  case PreTokenizer::DigitsThenGpt2:
-    for (size_t begin = 0; begin < n;) {
-      if ((classes[begin] & unicode::kNumber) != 0) {
-        word_lengths.push_back(1);
-        ++begin;
-        continue;
-      }
-      size_t end = begin;
-      while (end < n && (classes[end] & unicode::kNumber) == 0) {
-        ++end;
-      }
-      Segment segment(code_points, classes, begin, end, word_lengths);
-      split_gpt2(segment);
-      begin = end;
-    }
-    break;
-  }
-  return word_lengths;
-}
 
 // ---------------------------------------------------------------------------
 // Merging, shared by both kinds: symbols are byte ranges of one text, linked
@@ -438,9 +221,15 @@ struct Fragment {
   std::optional<TokenId> token;
 };
 
+/// The whitespace llama.cpp strips next to lstrip/rstrip tokens (C isspace).
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
 /// Cuts `text` at occurrences of special tokens, longest tokens first (llama.cpp's
 /// tokenizer_st_partition). User-defined tokens are always cut out; control and
-/// unknown ones only with `parse_special`.
+/// unknown ones only with `parse_special`. A token with lstrip (rstrip) also
+/// takes the ASCII whitespace before (after) it within the same text fragment.
 std::vector<Fragment> partition(const Vocabulary& vocabulary, std::string_view text,
                                 bool parse_special) {
   std::vector<Fragment> fragments;
@@ -453,6 +242,8 @@ std::vector<Fragment> partition(const Vocabulary& vocabulary, std::string_view t
       continue;
     }
     const std::string_view needle = vocabulary.token_text(special);
+    const bool lstrip = vocabulary.token_lstrip(special);
+    const bool rstrip = vocabulary.token_rstrip(special);
     cut.clear();
     for (const Fragment& fragment : fragments) {
       if (fragment.token) {
@@ -464,11 +255,18 @@ std::vector<Fragment> partition(const Vocabulary& vocabulary, std::string_view t
       for (size_t match = text.substr(pos, end - pos).find(needle); match != std::string_view::npos;
            match = text.substr(pos, end - pos).find(needle)) {
         match += pos;
-        if (match > pos) {
-          cut.push_back(Fragment{pos, match - pos, std::nullopt});
+        size_t left_end = match;
+        while (lstrip && left_end > pos && is_ascii_space(text[left_end - 1])) {
+          --left_end;
+        }
+        if (left_end > pos) {
+          cut.push_back(Fragment{pos, left_end - pos, std::nullopt});
         }
         cut.push_back(Fragment{match, needle.size(), special});
         pos = match + needle.size();
+        while (rstrip && pos < end && is_ascii_space(text[pos])) {
+          ++pos;
+        }
       }
       if (pos < end) {
         cut.push_back(Fragment{pos, end - pos, std::nullopt});
@@ -552,12 +350,34 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos) cons
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 2 + 2);
+  if (add_bos && vocabulary_->bos()) {
+    out.push_back(*vocabulary_->bos());
+  }
+  encode_into(text, parse_special, out);
+  return out;
+}
+
+std::vector<TokenId> Tokenizer::tokenize(std::string_view text, bool add_special,
+                                         bool parse_special) const {
   const Vocabulary& vocabulary = *vocabulary_;
   std::vector<TokenId> out;
   out.reserve(text.size() / 2 + 2);
-  if (add_bos && vocabulary.bos()) {
+  // The constructor of Vocabulary makes sure these tokens exist when asked for.
+  if (add_special && vocabulary.add_bos()) {
     out.push_back(*vocabulary.bos());
   }
+  encode_into(text, parse_special, out);
+  if (add_special && vocabulary.add_eos()) {
+    out.push_back(*vocabulary.eos());
+  }
+  return out;
+}
+
+void Tokenizer::encode_into(std::string_view text, bool parse_special,
+                            std::vector<TokenId>& out) const {
+  const Vocabulary& vocabulary = *vocabulary_;
   // SPM puts a space before the text and after every special token in it.
   bool after_special = true;
   std::string escaped;
@@ -587,7 +407,6 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos,
     encode_spm(vocabulary, escaped, out);
     after_special = false;
   }
-  return out;
 }
 
 std::string_view Tokenizer::piece(TokenId id) const {
@@ -607,20 +426,6 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool starts_text)
     bytes.erase(0, 1);
   }
   return unicode::sanitize_utf8(bytes);
-}
-
-std::vector<std::string> pre_tokenize(PreTokenizer pre_tokenizer, std::string_view text) {
-  const std::vector<uint32_t> code_points = unicode::decode_utf8_lenient(text);
-  std::vector<std::string> words;
-  size_t begin = 0;
-  for (size_t length : split_words(pre_tokenizer, code_points)) {
-    std::string& word = words.emplace_back();
-    for (size_t i = begin; i < begin + length; ++i) {
-      unicode::append_utf8(word, code_points[i]);
-    }
-    begin += length;
-  }
-  return words;
 }
 
 } // namespace caflm

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "caflm/text/pre_tokenizer.hpp"
 #include "caflm/text/vocabulary.hpp"
 
 #include <memory>
@@ -24,8 +25,14 @@ class Tokenizer {
   /// text here; user-defined tokens are always matched, as in llama.cpp.
   std::vector<TokenId> encode(std::string_view text, bool add_bos) const;
   /// As above; with `parse_special`, texts of control and unknown tokens in the
-  /// input become those tokens.
+  /// input become those tokens (and take the whitespace next to them that their
+  /// lstrip/rstrip attributes say).
   std::vector<TokenId> encode(std::string_view text, bool add_bos, bool parse_special) const;
+
+  /// llama_tokenize(): with `add_special`, BOS first and EOS last as the
+  /// vocabulary's add_bos() and add_eos() say (tokenizer.ggml.add_bos_token /
+  /// add_eos_token, else llama.cpp's defaults for the tokenizer model).
+  std::vector<TokenId> tokenize(std::string_view text, bool add_special, bool parse_special) const;
 
   /// The raw bytes a token stands for (SPM: U+2581 as a space, <0xAB> as that
   /// byte; BPE: the byte-level alphabet undone). Control, unknown and unused
@@ -41,13 +48,11 @@ class Tokenizer {
   std::string decode(const std::vector<TokenId>& ids, bool starts_text = true) const;
 
  private:
+  /// Appends the ids of `text` (no BOS or EOS) to `out`.
+  void encode_into(std::string_view text, bool parse_special, std::vector<TokenId>& out) const;
+
   std::shared_ptr<const Vocabulary> vocabulary_;
   std::vector<std::string> pieces_; // piece of every token, computed once
 };
-
-/// The words byte-level BPE merges within, as UTF-8 (invalid input bytes come
-/// out as U+FFFD, as llama.cpp reads them). Exposed for tests and for training
-/// byte-level vocabularies.
-std::vector<std::string> pre_tokenize(PreTokenizer pre_tokenizer, std::string_view text);
 
 } // namespace caflm

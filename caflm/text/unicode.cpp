@@ -1,35 +1,37 @@
 #include "caflm/text/unicode.hpp"
 
-#include <unicode/uchar.h>
+#include "caflm/text/unicode_data.hpp"
 
+#include <algorithm>
 #include <array>
+#include <vector>
 
 namespace caflm::unicode {
 
 namespace {
 
-uint8_t char_class_from_icu(uint32_t code_point) {
-  const auto c = static_cast<UChar32>(code_point);
-  const uint32_t category_mask = U_GET_GC_MASK(c);
-  uint8_t result = 0;
-  if ((category_mask & U_GC_L_MASK) != 0) {
-    result |= kLetter;
-  }
-  if ((category_mask & U_GC_N_MASK) != 0) {
-    result |= kNumber;
-  }
-  if (u_isUWhiteSpace(c)) {
+uint16_t char_class_from_tables(uint32_t code_point) {
+  // The last range whose first code point is not above `code_point`.
+  const CategoryRange* end = kCategoryRanges + kCategoryRangeCount;
+  const CategoryRange* range =
+      std::upper_bound(kCategoryRanges, end, code_point,
+                       [](uint32_t c, const CategoryRange& r) { return c < r.first; }) -
+      1;
+  uint16_t result = range->category;
+  if (std::binary_search(kWhitespaceCodePoints, kWhitespaceCodePoints + kWhitespaceCount,
+                         code_point)) {
     result |= kWhitespace;
   }
   return result;
 }
 
-// Most text is ASCII; a table spares the ICU calls for it.
-const std::array<uint8_t, 128>& ascii_classes() {
-  static const std::array<uint8_t, 128> table = [] {
-    std::array<uint8_t, 128> classes{};
+// The Basic Multilingual Plane holds nearly all text; a table for it spares the
+// binary searches (128 KiB, built on first use).
+const std::vector<uint16_t>& bmp_classes() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> classes(0x10000);
     for (uint32_t c = 0; c < classes.size(); ++c) {
-      classes[c] = char_class_from_icu(c);
+      classes[c] = char_class_from_tables(c);
     }
     return classes;
   }();
@@ -67,14 +69,18 @@ bool is_continuation(unsigned char byte) {
 
 } // namespace
 
-uint8_t char_class(uint32_t code_point) {
-  if (code_point < ascii_classes().size()) {
-    return ascii_classes()[code_point];
+uint16_t char_class(uint32_t code_point) {
+  if (code_point < 0x10000) {
+    return bmp_classes()[code_point];
   }
   if (code_point > 0x10FFFF) {
-    return 0;
+    return kUndefined;
   }
-  return char_class_from_icu(code_point);
+  return char_class_from_tables(code_point);
+}
+
+const char* unicode_version() {
+  return kUnicodeDataVersion;
 }
 
 size_t utf8_sequence_length(char lead) {

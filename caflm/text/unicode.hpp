@@ -8,21 +8,32 @@
 #include <vector>
 
 /// UTF-8 handling and the Unicode character classes the tokenizers need.
-/// Classes come from ICU (the Unicode character database of the system's ICU).
+/// Classes come from tables generated from the Unicode Character Database
+/// (unicode_data.cpp), grouped as llama.cpp groups them.
 namespace caflm::unicode {
 
 /// U+FFFD, written for bytes that are not valid UTF-8.
 inline constexpr uint32_t kReplacementCharacter = 0xFFFD;
 
-/// Character classes tested by the pre-tokenizer regexes; a code point can have none.
-enum CharClass : uint8_t {
-  kLetter = 1 << 0,     ///< \p{L}: general category Lu, Ll, Lt, Lm or Lo
-  kNumber = 1 << 1,     ///< \p{N}: general category Nd, Nl or No
-  kWhitespace = 1 << 2, ///< \s: the Unicode White_Space property
+/// Character classes tested by the pre-tokenizer regexes. Every code point has
+/// exactly one general category group bit; kWhitespace may come on top.
+enum CharClass : uint16_t {
+  kLetter = 1 << 0,      ///< \p{L}: Lu, Ll, Lt, Lm, Lo
+  kNumber = 1 << 1,      ///< \p{N}: Nd, Nl, No
+  kWhitespace = 1 << 2,  ///< \s: the Unicode White_Space property
+  kPunctuation = 1 << 3, ///< \p{P}: Pc, Pd, Ps, Pe, Pi, Pf, Po
+  kSymbol = 1 << 4,      ///< \p{S}: Sm, Sc, Sk, So
+  kMark = 1 << 5,        ///< \p{M}: Mn, Mc, Me
+  kSeparator = 1 << 6,   ///< \p{Z}: Zs, Zl, Zp
+  kControl = 1 << 7,     ///< Cc, Cf, Co, Cs
+  kUndefined = 1 << 8,   ///< Cn (unassigned), and anything above U+10FFFF
 };
 
 /// The CharClass bits of `code_point`.
-uint8_t char_class(uint32_t code_point);
+uint16_t char_class(uint32_t code_point);
+
+/// The Unicode version the class tables come from, such as "15.0.0".
+const char* unicode_version();
 
 /// Length of the UTF-8 sequence that `lead` starts, judged from its high nibble
 /// alone (continuation and invalid bytes count as 1), as llama.cpp splits text.

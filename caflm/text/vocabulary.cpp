@@ -16,32 +16,29 @@ namespace caflm {
 
 namespace {
 
-// tokenizer.ggml.pre names, grouped by the regex llama.cpp uses for them.
-PreTokenizer pre_tokenizer_from_name(std::string_view name) {
-  for (std::string_view llama3 :
-       {"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe"}) {
-    if (name == llama3) {
-      return PreTokenizer::Llama3;
-    }
+// The warning for a byte-level BPE vocabulary whose pre-tokenizer name is not
+// known, naming the fallback; empty when the name is known.
+std::string pre_tokenizer_warning_for(std::string_view name, const PreTokenizerChoice& choice) {
+  if (choice.known) {
+    return "";
   }
-  for (std::string_view qwen2 : {"qwen2", "stablelm2", "megrez", "deepseek-r1-qwen"}) {
-    if (name == qwen2) {
-      return PreTokenizer::Qwen2;
-    }
-  }
-  for (std::string_view digits :
-       {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}) {
-    if (name == digits) {
-      return PreTokenizer::DigitsThenGpt2;
-    }
-  }
-  return PreTokenizer::Gpt2;
+  const std::string what =
+      name.empty()
+          ? std::string("the vocabulary has no tokenizer.ggml.pre")
+          : fmt::format("tokenizer.ggml.pre '{}' is not a pre-tokenizer caflm knows", name);
+  return fmt::format("{}; using llama.cpp's fallback '{}' (punctuation runs, then GPT-2's regex, "
+                     "then numbers in groups of three), which may split words differently "
+                     "from the model's own tokenizer",
+                     what, pre_tokenizer_name(choice.pre_tokenizer));
 }
 
-// llama.cpp lets these Llama 3 pre-tokenizers take a whole word as one token when
-// the vocabulary has it, and makes them add BOS by default.
-bool is_llama3_family(std::string_view name) {
-  return name == "llama3" || name == "llama-v3" || name == "llama-bpe" || name == "falcon3";
+bool contains_any(std::string_view text, std::initializer_list<std::string_view> parts) {
+  for (std::string_view part : parts) {
+    if (text.find(part) != std::string_view::npos) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // Token texts llama.cpp treats as end-of-turn when no eot id is given, in the
@@ -103,8 +100,12 @@ constexpr std::string_view kBuiltinTrainingText =
 
 Vocabulary::Vocabulary(VocabularySpec spec)
   : kind_(spec.kind)
-  , pre_tokenizer_(pre_tokenizer_from_name(spec.pre_tokenizer_name))
   , pre_tokenizer_name_(std::move(spec.pre_tokenizer_name)) {
+  const PreTokenizerChoice pre_choice = pre_tokenizer_from_name(pre_tokenizer_name_);
+  pre_tokenizer_ = pre_choice.pre_tokenizer;
+  if (kind_ == TokenizerKind::Bpe) {
+    pre_tokenizer_warning_ = pre_tokenizer_warning_for(pre_tokenizer_name_, pre_choice);
+  }
   const size_t n_tokens = spec.tokens.size();
   if (n_tokens == 0) {
     throw std::runtime_error("vocabulary has no tokens");
@@ -165,7 +166,7 @@ Vocabulary::Vocabulary(VocabularySpec spec)
   pad_ = check_id(spec.pad, "padding");
   eot_ = check_id(spec.eot, "EOT");
 
-  const bool llama3_family = is_llama3_family(pre_tokenizer_name_);
+  const bool llama3_family = pre_choice.llama3_family;
   add_bos_ = spec.add_bos.value_or((spm || (kind_ == TokenizerKind::Bpe && llama3_family)) &&
                                    bos_.has_value());
   add_eos_ = spec.add_eos.value_or(false);
@@ -237,6 +238,13 @@ Vocabulary::Vocabulary(VocabularySpec spec)
     }
   }
 
+  // gpt-oss: llama.cpp always renders these, as user-defined tokens.
+  for (std::string_view text : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    if (const std::optional<TokenId> id = find(text)) {
+      tokens_[*id].type = TokenType::UserDefined;
+    }
+  }
+
   for (TokenId id = 0; id < n_tokens; ++id) {
     const TokenType type = tokens_[id].type;
     if (!tokens_[id].text.empty() && (type == TokenType::Control || type == TokenType::Unknown ||
@@ -247,6 +255,41 @@ Vocabulary::Vocabulary(VocabularySpec spec)
   std::stable_sort(special_tokens_.begin(), special_tokens_.end(), [&](TokenId a, TokenId b) {
     return tokens_[a].text.size() > tokens_[b].text.size();
   });
+
+  // Strip attributes: GGUF has none, so llama.cpp sets them by model name.
+  std::string model_name = spec.model_name;
+  std::transform(model_name.begin(), model_name.end(), model_name.begin(), [](char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  });
+  const auto set_by_text = [&](std::string_view text, bool Entry::*attribute, bool value) {
+    if (const std::optional<TokenId> id = find(text)) {
+      tokens_[*id].*attribute = value;
+    }
+  };
+  if (contains_any(pre_tokenizer_name_, {"jina-v2-de", "jina-v2-es", "jina-v2-code"})) {
+    set_by_text("<mask>", &Entry::lstrip, true);
+  } else if (contains_any(model_name, {"phi-3", "phi3"})) {
+    // Phi-3's chat tokens (<|end|>, <|user|>, ...) eat the newline after them.
+    for (TokenId id : special_tokens_) {
+      tokens_[id].rstrip = true;
+    }
+    set_by_text("</s>", &Entry::rstrip, true);
+    for (std::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) {
+      set_by_text(text, &Entry::rstrip, false);
+    }
+  }
+  const auto set_by_id = [&](const std::vector<TokenId>& ids, bool Entry::*attribute,
+                             const char* what) {
+    for (TokenId id : ids) {
+      if (id >= n_tokens) {
+        throw std::runtime_error(fmt::format(
+            "{} token id {} is outside the vocabulary of {} tokens", what, id, n_tokens));
+      }
+      tokens_[id].*attribute = true;
+    }
+  };
+  set_by_id(spec.lstrip, &Entry::lstrip, "lstrip");
+  set_by_id(spec.rstrip, &Entry::rstrip, "rstrip");
 }
 
 Vocabulary Vocabulary::from_gguf(const GgufFile& file) {
@@ -264,6 +307,7 @@ Vocabulary Vocabulary::from_gguf(const GgufFile& file) {
         "tokenizer.ggml.model '{}' is not supported (caflm reads 'llama' and 'gpt2')", *model));
   }
   spec.pre_tokenizer_name = std::string(file.get_string("tokenizer.ggml.pre").value_or(""));
+  spec.model_name = std::string(file.get_string("general.name").value_or(""));
 
   const auto tokens = file.get_string_array("tokenizer.ggml.tokens");
   if (!tokens) {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "caflm/text/pre_tokenizer.hpp"
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -36,26 +38,16 @@ enum class TokenType : uint8_t {
   Byte = 6,
 };
 
-/// How byte-level BPE cuts text into words before merging (tokenizer.ggml.pre).
-enum class PreTokenizer {
-  /// GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-  Gpt2,
-  /// Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
-  ///          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-  Llama3,
-  /// Qwen 2: as Llama3, but numbers split into single digits (\p{N}).
-  Qwen2,
-  /// StarCoder, SmolLM, Refact, Command-R...: every digit is a word of its own, the
-  /// text between digits is split as Gpt2.
-  DigitsThenGpt2,
-};
-
 /// Everything a Vocabulary is built from. Vocabulary::from_gguf() fills it from
 /// GGUF metadata; tests and byte_level_bpe() fill it directly.
 struct VocabularySpec {
   TokenizerKind kind = TokenizerKind::Spm;
-  /// tokenizer.ggml.pre as written; empty when absent. Unknown names mean Gpt2.
+  /// tokenizer.ggml.pre as written; empty when absent. Missing and unknown names
+  /// mean PreTokenizer::Default, as in llama.cpp (see pre_tokenizer_warning()).
   std::string pre_tokenizer_name;
+  /// general.name of the model, if known: llama.cpp gives some models' special
+  /// tokens strip attributes by name (Phi-3: rstrip).
+  std::string model_name;
   std::vector<std::string> tokens;
   std::vector<float> scores;       ///< one per token, or empty (all 0)
   std::vector<TokenType> types;    ///< one per token, or empty (all Normal)
@@ -64,6 +56,11 @@ struct VocabularySpec {
   // Unset flags take llama.cpp's defaults for the kind: SPM adds BOS and a space
   // prefix; BPE adds neither (except BOS for the Llama 3 pre-tokenizer).
   std::optional<bool> add_bos, add_eos, add_space_prefix;
+  /// Tokens that, when matched as special tokens in text, also swallow the ASCII
+  /// whitespace before them (lstrip) or after them (rstrip); added to the
+  /// per-model rules. GGUF has no key for these, so write_gguf_metadata() does
+  /// not keep them.
+  std::vector<TokenId> lstrip, rstrip;
 };
 
 /// A tokenizer vocabulary: token texts, scores and types, merges and special
@@ -101,6 +98,12 @@ class Vocabulary {
 
   TokenizerKind kind() const { return kind_; }
   PreTokenizer pre_tokenizer() const { return pre_tokenizer_; }
+  /// tokenizer.ggml.pre as given ("" when absent).
+  const std::string& pre_tokenizer_name() const { return pre_tokenizer_name_; }
+  /// For a byte-level BPE vocabulary whose tokenizer.ggml.pre is missing or not
+  /// one caflm knows: a warning naming it and the fallback used. Empty otherwise.
+  /// (The text layer has no logger; the engine logs this when it loads a model.)
+  const std::string& pre_tokenizer_warning() const { return pre_tokenizer_warning_; }
   size_t size() const { return tokens_.size(); }
 
   /// The token's text as stored in the vocabulary (SPM: spaces as U+2581; BPE:
@@ -108,6 +111,11 @@ class Vocabulary {
   std::string_view token_text(TokenId id) const { return entry(id).text; }
   float token_score(TokenId id) const { return entry(id).score; }
   TokenType token_type(TokenId id) const { return entry(id).type; }
+  /// Whether a match of this special token in text removes the ASCII whitespace
+  /// right before it (lstrip) or right after it (rstrip), as llama.cpp's
+  /// LLAMA_TOKEN_ATTR_LSTRIP / _RSTRIP.
+  bool token_lstrip(TokenId id) const { return entry(id).lstrip; }
+  bool token_rstrip(TokenId id) const { return entry(id).rstrip; }
   /// The token whose text is exactly `text`, if any.
   std::optional<TokenId> find(std::string_view text) const;
 
@@ -147,6 +155,8 @@ class Vocabulary {
     std::string text;
     float score;
     TokenType type;
+    bool lstrip = false;
+    bool rstrip = false;
   };
 
   const Entry& entry(TokenId id) const;
@@ -155,6 +165,7 @@ class Vocabulary {
   TokenizerKind kind_;
   PreTokenizer pre_tokenizer_;
   std::string pre_tokenizer_name_;
+  std::string pre_tokenizer_warning_;
   std::vector<Entry> tokens_;
   // Keys view tokens_[i].text; tokens_ never grows after construction, and a
   // moved vector keeps its element storage, so the views stay valid.
