@@ -5,6 +5,7 @@
 // threads do not slow the other.
 #include "caflm/cpu/cpu_kernels.hpp"
 #include "caflm/cpu/cpu_matmul.hpp"
+#include "caflm/gguf/quantize.hpp"
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -27,31 +28,14 @@ std::vector<float> random_vector(size_t n, uint32_t seed) {
   return v;
 }
 
-// Random weights [rows, cols] encoded as `type`.
+// Random weights [rows, cols] encoded as `type` (quantized types through
+// ggml's reference quantizers).
 std::vector<uint8_t> random_weight(TensorType type, size_t rows, size_t cols) {
   const std::vector<float> values = random_vector(rows * cols, 1);
-  std::vector<uint8_t> bytes(rows * tensor_row_bytes(type, cols));
-  for (size_t i = 0; i < rows * cols; ++i) {
-    switch (type) {
-    case TensorType::F32:
-      std::memcpy(bytes.data() + 4 * i, &values[i], 4);
-      break;
-    case TensorType::F16:
-    case TensorType::BF16: {
-      const uint16_t h = type == TensorType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
-      std::memcpy(bytes.data() + 2 * i, &h, 2);
-      break;
-    }
-    case TensorType::Q8_0: {
-      uint8_t* block = bytes.data() + i / 32 * kQ8_0BlockBytes;
-      if (i % 32 == 0) {
-        const uint16_t d = f32_to_f16(1.0f / 127.0f);
-        std::memcpy(block, &d, 2);
-      }
-      block[2 + i % 32] = static_cast<uint8_t>(static_cast<int8_t>(values[i] * 127.0f));
-      break;
-    }
-    }
+  const size_t row_bytes = tensor_row_bytes(type, cols);
+  std::vector<uint8_t> bytes(rows * row_bytes);
+  for (size_t r = 0; r < rows; ++r) {
+    quantize_row_into(type, values.data() + r * cols, cols, bytes.data() + r * row_bytes);
   }
   return bytes;
 }
@@ -63,18 +47,22 @@ void set_flop_counters(benchmark::State& state, size_t m, size_t n, size_t k, si
       benchmark::Counter(w_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Args: {M, K, N}.
-template <TensorType kType>
+// Args: {M, K, N}. Quantized types run with the kernels of kIsa.
+template <TensorType kType, MatmulIsa kIsa = MatmulIsa::Avx2>
 void BM_linear(benchmark::State& state) {
   const auto m = static_cast<size_t>(state.range(0));
   const auto k = static_cast<size_t>(state.range(1));
   const auto n = static_cast<size_t>(state.range(2));
+  if (!matmul_isa_supported(kIsa)) {
+    state.SkipWithError("this CPU cannot run these kernels");
+    return;
+  }
   const std::vector<uint8_t> w = random_weight(kType, n, k);
   const std::vector<float> x = random_vector(m * k, 2);
   std::vector<float> y(m * n);
   const WeightView view{kType, w.data(), n, k};
   for (auto _ : state) {
-    linear(view, x.data(), m, y.data(), nullptr);
+    linear(view, x.data(), m, y.data(), nullptr, kIsa);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -111,8 +99,39 @@ void linear_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_linear, TensorType::F32)->Apply(linear_shapes);
 BENCHMARK_TEMPLATE(BM_linear, TensorType::F16)->Apply(linear_shapes);
 BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16)->Apply(linear_shapes);
-BENCHMARK_TEMPLATE(BM_linear, TensorType::Q8_0)->Apply(linear_shapes);
 BENCHMARK(BM_openblas_sgemm)->Apply(linear_shapes);
+
+// The projections of a small model (hidden 576, FFN 1536: SmolLM-135M's) at
+// decode (M = 1) and prefill (M = 32, 128) batch sizes, for K a whole number
+// of the type's blocks (576 is not one of 256).
+template <TensorType kType>
+void quantized_shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t m : {1, 32, 128}) {
+    if (576 % tensor_block_size(kType) == 0) {
+      b->Args({m, 576, 1536});
+    }
+    b->Args({m, 1536, 576});
+    b->Args({m, 2048, 2048});
+  }
+  b->ArgNames({"M", "K", "N"})->UseRealTime();
+}
+
+#define CAFLM_QUANTIZED_BENCHMARKS(TYPE)                                                           \
+  BENCHMARK_TEMPLATE(BM_linear, TensorType::TYPE, MatmulIsa::Avx2)                                 \
+      ->Apply(quantized_shapes<TensorType::TYPE>);                                                 \
+  BENCHMARK_TEMPLATE(BM_linear, TensorType::TYPE, MatmulIsa::Avx512)                               \
+      ->Apply(quantized_shapes<TensorType::TYPE>)
+
+CAFLM_QUANTIZED_BENCHMARKS(Q4_0);
+CAFLM_QUANTIZED_BENCHMARKS(Q4_1);
+CAFLM_QUANTIZED_BENCHMARKS(Q5_0);
+CAFLM_QUANTIZED_BENCHMARKS(Q5_1);
+CAFLM_QUANTIZED_BENCHMARKS(Q8_0);
+CAFLM_QUANTIZED_BENCHMARKS(Q2_K);
+CAFLM_QUANTIZED_BENCHMARKS(Q3_K);
+CAFLM_QUANTIZED_BENCHMARKS(Q4_K);
+CAFLM_QUANTIZED_BENCHMARKS(Q5_K);
+CAFLM_QUANTIZED_BENCHMARKS(Q6_K);
 
 // Args: {M, D}.
 void BM_rms_norm(benchmark::State& state) {

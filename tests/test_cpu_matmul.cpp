@@ -1,7 +1,11 @@
 #include "caflm/cpu/cpu_matmul.hpp"
+#include "caflm/cpu/quantized_matmul.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
+#include "caflm/gguf/quantize.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -36,7 +40,7 @@ TestWeight make_weight(TensorType type, uint64_t rows, uint64_t cols, std::mt199
     std::uniform_int_distribution<int> quant(-128, 127); // -128 is legal in a file
     std::uniform_real_distribution<float> scale(0.001f, 0.05f);
     for (uint64_t block = 0; block < rows * cols / 32; ++block) {
-      uint8_t* bytes = w.bytes.data() + block * kQ8_0BlockBytes;
+      uint8_t* bytes = w.bytes.data() + block * sizeof(BlockQ8_0);
       const uint16_t d = f32_to_f16(scale(rng));
       std::memcpy(bytes, &d, 2);
       for (int j = 0; j < 32; ++j) {
@@ -44,6 +48,21 @@ TestWeight make_weight(TensorType type, uint64_t rows, uint64_t cols, std::mt199
         std::memcpy(bytes + 2 + j, &q, 1);
         w.values[block * 32 + j] = f16_to_f32(d) * q;
       }
+    }
+    return w;
+  }
+  if (tensor_block_size(type) > 1) {
+    // The other quantized types: random rows through ggml's reference
+    // quantizer, the values as ggml decodes them.
+    const size_t row_bytes = tensor_row_bytes(type, cols);
+    std::vector<float> row(cols);
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (float& v : row) {
+        v = uniform(rng);
+      }
+      const std::vector<uint8_t> bytes = quantize_row(type, row.data(), cols);
+      std::memcpy(w.bytes.data() + r * row_bytes, bytes.data(), row_bytes);
+      dequantize_row(type, bytes.data(), cols, w.values.data() + r * cols);
     }
     return w;
   }
@@ -70,19 +89,43 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   return v;
 }
 
-// The activation row as the Q8_0 kernel sees it, computed the plain way:
-// blocks of 32 with d = f16(max|x| / 127) and q = nearest-even(x * 127/max|x|).
-std::vector<float> q8_0_round_trip(const float* x, size_t k) {
-  std::vector<float> out(k);
-  for (size_t b = 0; b < k / 32; ++b) {
-    float max_abs = 0.0f;
-    for (size_t j = 0; j < 32; ++j) {
-      max_abs = std::max(max_abs, std::fabs(x[b * 32 + j]));
+// The activation row as a quantized kernel sees it: quantized by ggml's
+// reference quantizer to the weight type's activation format (Q8_0, Q8_1 or
+// Q8_K), then d * q. For Q8_1 the kernels take the weight's min m times the
+// block's s, which ggml stores as f16(d * sum q) (d unrounded), not as the
+// sum of d * q: `s_error` is the sum over blocks of |s - f16(d) * sum q|.
+struct RoundTrip {
+  std::vector<float> values;
+  double s_error = 0.0;
+};
+
+RoundTrip activation_round_trip(TensorType weight_type, const float* x, size_t k) {
+  const TensorType act = detail::activation_type(weight_type);
+  const std::vector<uint8_t> bytes = quantize_row(act, x, k);
+  RoundTrip out{std::vector<float>(k), 0.0};
+  for (size_t b = 0; b < k / tensor_block_size(act); ++b) {
+    const uint8_t* block = bytes.data() + b * tensor_block_bytes(act);
+    if (act == TensorType::Q8_K) {
+      BlockQ8_K q;
+      std::memcpy(&q, block, sizeof q);
+      for (size_t j = 0; j < 256; ++j) {
+        out.values[b * 256 + j] = q.d * q.qs[j];
+      }
+      continue;
     }
-    const float d = f16_to_f32(f32_to_f16(max_abs / 127.0f));
-    const float inverse = max_abs != 0.0f ? 127.0f / max_abs : 0.0f;
+    uint16_t d;
+    std::memcpy(&d, block, 2);
+    const size_t quants = act == TensorType::Q8_1 ? 4 : 2;
+    int sum = 0;
     for (size_t j = 0; j < 32; ++j) {
-      out[b * 32 + j] = d * std::nearbyint(x[b * 32 + j] * inverse);
+      const auto q = static_cast<int8_t>(block[quants + j]);
+      out.values[b * 32 + j] = f16_to_f32(d) * q;
+      sum += q;
+    }
+    if (act == TensorType::Q8_1) {
+      uint16_t s;
+      std::memcpy(&s, block + 2, 2);
+      out.s_error += std::fabs(double{f16_to_f32(s)} - double{f16_to_f32(d)} * sum);
     }
   }
   return out;
@@ -90,89 +133,145 @@ std::vector<float> q8_0_round_trip(const float* x, size_t k) {
 
 // Checks y against a double-precision product. Float weights: within
 // 1e-5 * sum |x w| (rounding of a 100-term f32 chain is below 6.2e-6 of that).
-// Q8_0: against the product with x round-tripped through Q8_0, within the same
-// bound, and against the exact product within the quantization error of x.
+// Quantized weights: against the product with x round-tripped through its
+// activation format within float rounding, bounded by 1e-5 * sum |x^| * 4
+// max|w| (the kernels' float terms are block sums of scale * quant * x, with
+// mins d * q and m apart, each at most about 3 max|w| * |x| per value), and
+// against the exact product within that plus the quantization error of x,
+// sum |w| |x - x^|. Q8_1 adds the f16 rounding of its block sums (RoundTrip).
 void check_against_reference(const TestWeight& w, const std::vector<float>& x, size_t m,
                              const std::vector<float>& y, const float* bias) {
   const size_t k = w.cols;
+  const bool quantized = tensor_block_size(w.type) > 1;
+  double w_max = 0.0;
+  for (float v : w.values) {
+    w_max = std::max(w_max, std::fabs(double{v}));
+  }
   for (size_t r = 0; r < m; ++r) {
     const float* xr = x.data() + r * k;
-    const std::vector<float> xq =
-        w.type == TensorType::Q8_0 ? q8_0_round_trip(xr, k) : std::vector<float>(xr, xr + k);
+    const RoundTrip trip = quantized ? activation_round_trip(w.type, xr, k)
+                                     : RoundTrip{std::vector<float>(xr, xr + k), 0.0};
+    const std::vector<float>& xq = trip.values;
+    // A block's m (Q4_1, Q5_1) is its smallest value, so |m| <= max|w|.
+    const double s_slack = w_max * trip.s_error;
     for (size_t n = 0; n < w.rows; ++n) {
       double exact = 0.0, seen = 0.0, magnitude = 0.0, quantization_error = 0.0;
       for (size_t i = 0; i < k; ++i) {
         const double wv = w.values[n * k + i];
         exact += wv * xr[i];
         seen += wv * xq[i];
-        magnitude += std::fabs(wv * xq[i]);
+        magnitude += quantized ? 4.0 * w_max * std::fabs(xq[i]) : std::fabs(wv * xq[i]);
         quantization_error += std::fabs(wv) * std::fabs(double{xr[i]} - xq[i]);
       }
       const double b = bias ? bias[n] : 0.0;
       const double got = y[r * w.rows + n];
       INFO("type " << to_string(w.type) << " row " << r << " col " << n << " k " << k);
-      REQUIRE(std::fabs(got - (seen + b)) <= 1e-5 * magnitude + 1e-6 * std::fabs(b) + 1e-30);
+      REQUIRE(std::fabs(got - (seen + b)) <=
+              1e-5 * magnitude + 1e-6 * std::fabs(b) + s_slack + 1e-30);
       REQUIRE(std::fabs(got - (exact + b)) <=
-              1e-5 * magnitude + 1e-6 * std::fabs(b) + quantization_error + 1e-30);
+              1e-5 * magnitude + 1e-6 * std::fabs(b) + s_slack + quantization_error + 1e-30);
     }
   }
 }
 
-const TensorType kAllTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16,
-                                TensorType::Q8_0};
+// Rows of a quantized type are whole blocks of 32 or 256 values.
+bool fits(TensorType type, size_t k) {
+  return k % tensor_block_size(type) == 0;
+}
 
 } // namespace
+
+// The instruction sets of the quantized kernels this CPU can run.
+std::vector<MatmulIsa> supported_isas() {
+  std::vector<MatmulIsa> isas;
+  for (MatmulIsa isa : {MatmulIsa::Avx2, MatmulIsa::Avx512}) {
+    if (matmul_isa_supported(isa)) {
+      isas.push_back(isa);
+    }
+  }
+  return isas;
+}
 
 TEST_CASE("linear matches a double-precision product for every weight type", "[cpu_matmul]") {
   std::mt19937 rng(7);
   struct Shape {
     size_t m, n, k;
   };
-  // k = 77 and 260 leave a partial chunk of 8 (float types only); n = 101
-  // crosses column tiles with a ragged edge; m covers every row-group shape.
-  const Shape shapes[] = {{1, 1, 32}, {3, 101, 96}, {9, 50, 256}, {6, 7, 77}, {4, 130, 260}};
-  for (TensorType type : kAllTypes) {
-    for (const Shape& s : shapes) {
-      if (type == TensorType::Q8_0 && s.k % 32 != 0) {
-        continue;
+  // k = 77 and 260 leave a partial chunk of 8 (float types only), k = 96 and
+  // 288 an odd number of 32-blocks, k = 512 and 768 several super-blocks;
+  // n = 101 crosses column tiles with a ragged edge and a ragged column
+  // group; m covers every row-group shape.
+  const Shape shapes[] = {{1, 1, 32},    {3, 101, 96}, {9, 50, 256}, {6, 7, 77},
+                          {4, 130, 260}, {5, 37, 512}, {2, 9, 768},  {7, 13, 288}};
+  for (TensorType type : kWeightTypes) {
+    for (MatmulIsa isa : supported_isas()) {
+      for (const Shape& s : shapes) {
+        if (!fits(type, s.k)) {
+          continue;
+        }
+        const TestWeight w = make_weight(type, s.n, s.k, rng);
+        const std::vector<float> x = random_vector(s.m * s.k, rng);
+        const std::vector<float> bias = random_vector(s.n, rng);
+        std::vector<float> y(s.m * s.n);
+        INFO("isa " << to_string(isa));
+        linear(w.view(), x.data(), s.m, y.data(), nullptr, isa);
+        check_against_reference(w, x, s.m, y, nullptr);
+        linear(w.view(), x.data(), s.m, y.data(), bias.data(), isa);
+        check_against_reference(w, x, s.m, y, bias.data());
       }
-      const TestWeight w = make_weight(type, s.n, s.k, rng);
-      const std::vector<float> x = random_vector(s.m * s.k, rng);
-      const std::vector<float> bias = random_vector(s.n, rng);
-      std::vector<float> y(s.m * s.n);
-      linear(w.view(), x.data(), s.m, y.data(), nullptr);
-      check_against_reference(w, x, s.m, y, nullptr);
-      linear(w.view(), x.data(), s.m, y.data(), bias.data());
-      check_against_reference(w, x, s.m, y, bias.data());
     }
   }
 }
 
 TEST_CASE("linear quantizes an all-zero activation block to zero", "[cpu_matmul]") {
   std::mt19937 rng(11);
-  const TestWeight w = make_weight(TensorType::Q8_0, 5, 64, rng);
-  std::vector<float> x = random_vector(64, rng);
-  std::fill(x.begin(), x.begin() + 32, 0.0f);
-  std::vector<float> y(5);
-  linear(w.view(), x.data(), 1, y.data(), nullptr);
-  check_against_reference(w, x, 1, y, nullptr);
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_1, TensorType::Q4_K}) {
+    for (MatmulIsa isa : supported_isas()) {
+      const TestWeight w = make_weight(type, 5, 512, rng);
+      std::vector<float> x = random_vector(512, rng);
+      std::fill(x.begin(), x.begin() + 256, 0.0f);
+      std::vector<float> y(5);
+      INFO("isa " << to_string(isa));
+      linear(w.view(), x.data(), 1, y.data(), nullptr, isa);
+      check_against_reference(w, x, 1, y, nullptr);
+    }
+  }
 }
 
-TEST_CASE("linear rejects a Q8_0 weight whose row is not whole blocks", "[cpu_matmul]") {
-  const std::vector<uint8_t> bytes(1024);
-  const std::vector<float> x(40);
+TEST_CASE("linear rejects a quantized weight whose row is not whole blocks", "[cpu_matmul]") {
+  const std::vector<uint8_t> bytes(4096);
+  const std::vector<float> x(320);
   std::vector<float> y(2);
   REQUIRE_THROWS_AS(
       linear(WeightView{TensorType::Q8_0, bytes.data(), 2, 40}, x.data(), 1, y.data(), nullptr),
       std::invalid_argument);
+  REQUIRE_THROWS_AS(
+      linear(WeightView{TensorType::Q4_K, bytes.data(), 2, 320}, x.data(), 1, y.data(), nullptr),
+      std::invalid_argument);
+}
+
+TEST_CASE("linear names the type it cannot compute with", "[cpu_matmul]") {
+  const std::vector<uint8_t> bytes(4096);
+  const std::vector<float> x(256);
+  std::vector<float> y(2);
+  for (TensorType type : {TensorType::Q8_1, TensorType::Q8_K}) {
+    try {
+      linear(WeightView{type, bytes.data(), 2, 256}, x.data(), 1, y.data(), nullptr);
+      FAIL("no exception for " << to_string(type));
+    } catch (const std::invalid_argument& e) {
+      REQUIRE(std::string(e.what()).find(to_string(type)) != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("linear rows are bitwise independent of batch size, position and threads",
           "[cpu_matmul][batch_invariance]") {
   std::mt19937 rng(3);
-  // n = 110 spans three column tiles with a ragged last one; k = 260 leaves a
-  // partial chunk for the float types. The pool of distinct rows is larger
-  // than any batch, so each batch takes a rotated window of it.
+  // n = 110 spans three column tiles with a ragged last one and a ragged
+  // column group; k = 260 leaves a partial chunk for the float types, k = 288
+  // an odd number of blocks for the legacy quants, k = 512 two super-blocks
+  // for the K-quants. The pool of distinct rows is larger than any batch, so
+  // each batch takes a rotated window of it.
   constexpr size_t kPool = 520;
   constexpr size_t kN = 110;
   std::vector<size_t> batch_sizes;
@@ -182,37 +281,42 @@ TEST_CASE("linear rows are bitwise independent of batch size, position and threa
   for (size_t m : {100, 255, 257, 512}) {
     batch_sizes.push_back(m);
   }
-  for (TensorType type : kAllTypes) {
-    const size_t k = type == TensorType::Q8_0 ? 256 : 260;
-    const TestWeight w = make_weight(type, kN, k, rng);
-    const std::vector<float> pool = random_vector(kPool * k, rng);
-    const std::vector<float> bias = random_vector(kN, rng);
-
-    // Each row alone, single-threaded: the result every batch must reproduce.
-    std::vector<float> alone(kPool * kN);
-    {
-      OmpThreads one(1);
-      for (size_t r = 0; r < kPool; ++r) {
-        linear(w.view(), pool.data() + r * k, 1, alone.data() + r * kN, bias.data());
+  for (TensorType type : kWeightTypes) {
+    for (MatmulIsa isa : supported_isas()) {
+      if (tensor_block_size(type) == 1 && isa != MatmulIsa::Avx2) {
+        continue; // one float kernel
       }
-    }
-    for (int threads : {1, 2}) {
-      OmpThreads team(threads);
-      for (size_t m : batch_sizes) {
-        for (size_t shift : {size_t{0}, size_t{37}}) {
-          std::vector<float> x(m * k);
-          for (size_t i = 0; i < m; ++i) {
-            const size_t source = (shift + i) % kPool;
-            std::memcpy(x.data() + i * k, pool.data() + source * k, k * sizeof(float));
-          }
-          std::vector<float> y(m * kN);
-          linear(w.view(), x.data(), m, y.data(), bias.data());
-          for (size_t i = 0; i < m; ++i) {
-            const size_t source = (shift + i) % kPool;
-            INFO("type " << to_string(type) << " threads " << threads << " m " << m << " position "
-                         << i << " source row " << source);
-            REQUIRE(std::memcmp(y.data() + i * kN, alone.data() + source * kN,
-                                kN * sizeof(float)) == 0);
+      const size_t k = fits(type, 260) ? 260 : fits(type, 288) ? 288 : 512;
+      const TestWeight w = make_weight(type, kN, k, rng);
+      const std::vector<float> pool = random_vector(kPool * k, rng);
+      const std::vector<float> bias = random_vector(kN, rng);
+
+      // Each row alone, single-threaded: the result every batch must reproduce.
+      std::vector<float> alone(kPool * kN);
+      {
+        OmpThreads one(1);
+        for (size_t r = 0; r < kPool; ++r) {
+          linear(w.view(), pool.data() + r * k, 1, alone.data() + r * kN, bias.data(), isa);
+        }
+      }
+      for (int threads : {1, 2}) {
+        OmpThreads team(threads);
+        for (size_t m : batch_sizes) {
+          for (size_t shift : {size_t{0}, size_t{37}}) {
+            std::vector<float> x(m * k);
+            for (size_t i = 0; i < m; ++i) {
+              const size_t source = (shift + i) % kPool;
+              std::memcpy(x.data() + i * k, pool.data() + source * k, k * sizeof(float));
+            }
+            std::vector<float> y(m * kN);
+            linear(w.view(), x.data(), m, y.data(), bias.data(), isa);
+            for (size_t i = 0; i < m; ++i) {
+              const size_t source = (shift + i) % kPool;
+              INFO("type " << to_string(type) << " isa " << to_string(isa) << " threads " << threads
+                           << " m " << m << " position " << i << " source row " << source);
+              REQUIRE(std::memcmp(y.data() + i * kN, alone.data() + source * kN,
+                                  kN * sizeof(float)) == 0);
+            }
           }
         }
       }

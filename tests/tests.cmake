@@ -46,3 +46,4 @@ add_dependencies(test_shared_worker caflm)
 # It measures a worker's memory: other tests' load beside it would be noise.
 set_tests_properties(test_shared_worker PROPERTIES RUN_SERIAL TRUE)
 caflm_add_test(test_pre_tokenizer caflm_text)
+caflm_add_test(test_quantized_matmul caflm_cpu)

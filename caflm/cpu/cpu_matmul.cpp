@@ -1,11 +1,15 @@
 #include "caflm/cpu/cpu_matmul.hpp"
 
+#include "caflm/cpu/quantized_matmul.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,9 +43,7 @@ float hsum(__m256 v) {
 struct Problem {
   const uint8_t* w; // [N, K] rows of w_row_bytes
   size_t w_row_bytes;
-  const float* x;    // [m, K] (float kernels)
-  const int8_t* x_q; // [m, K] quants of x (Q8_0 kernel)
-  const float* x_d;  // [m, K/32] block scales of x (Q8_0 kernel)
+  const float* x; // [m, K]
   size_t k;
   size_t n;
   float* y;          // [m, N]
@@ -149,84 +151,6 @@ struct FloatKernel {
   }
 };
 
-// MR rows x NR columns of y for Q8_0 weights against Q8_0-quantized x: per
-// element one 8-lane accumulator takes fma(d_w * d_x, exact block sums) block
-// by block along K. The block sums are llama.cpp's AVX2 q8_0 dot: |w| as
-// unsigned bytes times x with w's sign, pairs added to int16 (no overflow:
-// |x| <= 127) and then to 8 int32 lanes.
-struct Q8Kernel {
-  template <int MR, int NR>
-  __attribute__((flatten)) static void block(const Problem& p, size_t row0, size_t col0) {
-    const uint8_t* w_rows[NR];
-    unrolled<NR>([&](int j) { w_rows[j] = p.w + (col0 + j) * p.w_row_bytes; });
-    const size_t n_blocks = p.k / kQ8_0BlockSize;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[MR][NR];
-    zero(acc);
-    for (size_t b = 0; b < n_blocks; ++b) {
-      __m256i w_q[NR];
-      __m256i w_abs[NR];
-      float w_d[NR];
-      unrolled<NR>([&](int j) {
-        const uint8_t* block = w_rows[j] + b * kQ8_0BlockBytes;
-        uint16_t d_bits;
-        std::memcpy(&d_bits, block, sizeof d_bits);
-        w_d[j] = _cvtsh_ss(d_bits);
-        w_q[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-        w_abs[j] = _mm256_sign_epi8(w_q[j], w_q[j]);
-      });
-      unrolled<MR>([&](int i) {
-        const size_t row = row0 + i;
-        const __m256i x_q =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.x_q + row * p.k) + b);
-        const float x_d = p.x_d[row * n_blocks + b];
-        unrolled<NR>([&](int j) {
-          const __m256i pairs = _mm256_maddubs_epi16(w_abs[j], _mm256_sign_epi8(x_q, w_q[j]));
-          const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-          acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(w_d[j] * x_d), sums, acc[i][j]);
-        });
-      });
-    }
-    store_block(p, row0, col0, acc);
-  }
-};
-
-// Quantizes one row of x to Q8_0 as llama.cpp's AVX2 quantize_row_q8_0 does:
-// d = max|x| / 127 rounded to f16, q = round-to-nearest-even(x * 127 / max|x|).
-// The f32 value of the f16 scale goes to `d`.
-void quantize_row_q8_0(const float* __restrict__ x, size_t k, int8_t* __restrict__ q,
-                       float* __restrict__ d) {
-  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
-  for (size_t b = 0; b < k / kQ8_0BlockSize; ++b) {
-    const float* xb = x + b * kQ8_0BlockSize;
-    __m256 v[4];
-    __m256 max_abs = _mm256_setzero_ps();
-    for (int c = 0; c < 4; ++c) {
-      v[c] = _mm256_loadu_ps(xb + 8 * c);
-      max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, v[c]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(max_abs, 1), _mm256_castps256_ps128(max_abs));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float max_scalar = _mm_cvtss_f32(m4);
-    const float scale = max_scalar / 127.0f;
-    d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
-    const __m256 inverse = _mm256_set1_ps(max_scalar != 0.0f ? 127.0f / max_scalar : 0.0f);
-    __m256i q32[4];
-    for (int c = 0; c < 4; ++c) {
-      q32[c] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[c], inverse),
-                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    // Pack 4 x 8 int32 to 32 int8; packs interleave 128-bit lanes, the
-    // permute restores element order.
-    const __m256i q16_lo = _mm256_packs_epi32(q32[0], q32[1]);
-    const __m256i q16_hi = _mm256_packs_epi32(q32[2], q32[3]);
-    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16_lo, q16_hi),
-                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kQ8_0BlockSize), q8);
-  }
-}
-
 // Runs Kernel over the columns [col_begin, col_end) of MR rows from row0:
 // NR columns at a time, single columns at a ragged edge.
 template <typename Kernel, int MR, int NR>
@@ -276,8 +200,45 @@ void run_tiles(const Problem& p, size_t m) {
 
 } // namespace
 
+const char* to_string(MatmulIsa isa) {
+  return isa == MatmulIsa::Avx512 ? "avx512" : "avx2";
+}
+
+bool matmul_isa_supported(MatmulIsa isa) {
+  if (isa == MatmulIsa::Avx2) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+MatmulIsa default_matmul_isa() {
+  static const MatmulIsa isa = [] {
+    const char* forced = std::getenv("CAFLM_MATMUL_ISA");
+    if (forced != nullptr && std::string_view(forced) == "avx2") {
+      return MatmulIsa::Avx2;
+    }
+    return matmul_isa_supported(MatmulIsa::Avx512) ? MatmulIsa::Avx512 : MatmulIsa::Avx2;
+  }();
+  return isa;
+}
+
 void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* __restrict__ y,
             const float* __restrict__ bias) {
+  linear(w, x, m, y, bias, default_matmul_isa());
+}
+
+void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* __restrict__ y,
+            const float* __restrict__ bias, MatmulIsa isa) {
+  if (w.type != TensorType::F32 && w.type != TensorType::F16 && w.type != TensorType::BF16) {
+    if (!matmul_isa_supported(isa)) {
+      throw std::invalid_argument(std::string("linear: this CPU cannot run the ") + to_string(isa) +
+                                  " kernels");
+    }
+    detail::quantized_linear(isa, w, x, m, y, bias);
+    return;
+  }
   Problem p{};
   p.w = static_cast<const uint8_t*>(w.data);
   p.w_row_bytes = tensor_row_bytes(w.type, w.cols);
@@ -296,30 +257,10 @@ void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* _
   case TensorType::F16:
     run_tiles<FloatKernel<F16Weights>>(p, m);
     return;
-  case TensorType::BF16:
+  default:
     run_tiles<FloatKernel<Bf16Weights>>(p, m);
     return;
-  case TensorType::Q8_0: {
-    // The caller thread's scratch, grown once to the largest call.
-    thread_local std::vector<int8_t> x_q;
-    thread_local std::vector<float> x_d;
-    const size_t n_blocks = p.k / kQ8_0BlockSize;
-    x_q.resize(m * p.k);
-    x_d.resize(m * n_blocks);
-    int8_t* const q = x_q.data();
-    float* const d = x_d.data();
-    const auto rows = static_cast<ptrdiff_t>(m);
-#pragma omp parallel for schedule(static) if (m * p.k >= kParallelMinMacs / 8)
-    for (ptrdiff_t row = 0; row < rows; ++row) {
-      quantize_row_q8_0(x + row * p.k, p.k, q + row * p.k, d + row * n_blocks);
-    }
-    p.x_q = q;
-    p.x_d = d;
-    run_tiles<Q8Kernel>(p, m);
-    return;
   }
-  }
-  throw std::invalid_argument("linear: invalid weight type");
 }
 
 } // namespace caflm

@@ -4,20 +4,32 @@
 
 #include <cstddef>
 
-// Linear layers on the CPU (AVX2 + FMA, OpenMP), batch invariant.
+// Linear layers on the CPU (AVX2 + FMA, and AVX-512 for quantized weights
+// where the CPU has it; OpenMP), batch invariant.
 //
 // Every output element y[r, n] is computed in one fixed order that depends on
-// K alone: for F32/F16/BF16 weights, one 8-lane accumulator takes
-// fma(x[r, k..k+8], w[n, k..k+8]) chunk by chunk along K (a partial last chunk
-// zero-padded), then a fixed horizontal sum, then + bias[n]. For Q8_0 weights
-// the row of x is first quantized to Q8_0 blocks on its own (as llama.cpp
-// does), each block's integer dot product is exact, and the 8-lane float
-// accumulator takes fma(d_w * d_x, block sums) block by block. The kernels
-// block over several rows and columns at once so that each loaded weight is
-// reused, but every block shape performs exactly these operations per element,
-// and threads split only the output columns in fixed tiles. So a row's result
-// is bitwise the same at any batch size, any position in the batch and any
-// thread count.
+// K (and, for quantized weights, the instruction set) alone: for F32/F16/BF16
+// weights, one 8-lane accumulator takes fma(x[r, k..k+8], w[n, k..k+8]) chunk
+// by chunk along K (a partial last chunk zero-padded), then a fixed horizontal
+// sum, then + bias[n]. For quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q2_K .. Q6_K) the row of x is first quantized on its own, as llama.cpp does,
+// to Q8_0 (for Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1) or Q8_K (the K-quants);
+// each block's integer dot product is exact, and a float accumulator takes the
+// scaled block sums block by block (caflm/cpu/quantized_matmul.hpp and the
+// kernel files say exactly how). The kernels block over several rows and
+// columns at once so that each loaded weight is reused, but every block shape
+// performs exactly these operations per element, and threads split only the
+// output columns, in tiles whose width never changes an element's arithmetic.
+// So a row's result is bitwise the same at any batch size, any position in
+// the batch and any thread count.
+//
+// Quantized weights are read in place (from the memory-mapped file): each
+// group of 4 output columns is unpacked into a few KiB of per-thread scratch
+// that then meets every row of the batch. The quantized kernels come for AVX2
+// and for AVX-512 (F, BW, VL, DQ and VNNI), chosen at run time; the two give
+// results that differ in the last bits (16 float lanes instead of 8), each
+// batch invariant on its own; so results on a CPU without AVX-512 (or with
+// CAFLM_MATMUL_ISA=avx2) differ in the last bits from those on one with it.
 //
 // OpenBLAS is not used, not even for F32. Measured with OpenBLAS 0.3.21
 // (pthread), cblas_sgemm(RowMajor, NoTrans, Trans), against each row computed
@@ -37,11 +49,36 @@
 
 namespace caflm {
 
+/// The instruction sets of the quantized kernels.
+enum class MatmulIsa {
+  Avx2,   ///< AVX2 + FMA + F16C (the build's baseline, x86-64-v3)
+  Avx512, ///< AVX-512 F, BW, VL, DQ and VNNI
+};
+
+/// "avx2" or "avx512".
+const char* to_string(MatmulIsa isa);
+
+/// Whether this CPU can run the kernels of `isa`.
+bool matmul_isa_supported(MatmulIsa isa);
+
+/// The instruction set linear() uses: AVX-512 where the CPU has it, unless the
+/// environment variable CAFLM_MATMUL_ISA=avx2 (read once) asks for AVX2.
+MatmulIsa default_matmul_isa();
+
 /// y = x · W^T (+ bias): y[r, n] = sum_k x[r, k] * W[n, k] + bias[n], for a
-/// weight W of any TensorType stored [N, K] as GGUF does (`w.rows` = N,
-/// `w.cols` = K; for Q8_0, K a multiple of 32). `bias` may be null.
-/// Throws std::invalid_argument for a Q8_0 weight whose K is not a multiple of 32.
+/// weight W of any weight TensorType (kWeightTypes) stored [N, K] as GGUF does
+/// (`w.rows` = N, `w.cols` = K; for quantized types, K a whole number of
+/// blocks: 32, or 256 for the K-quants). `bias` may be null. Throws
+/// std::invalid_argument, naming the type, for a type that is not a weight
+/// type (Q8_1, Q8_K) or a K that is not whole blocks.
 void linear(const WeightView& w, const float* __restrict__ x /* [m, K] */, size_t m,
             float* __restrict__ y /* [m, N] */, const float* __restrict__ bias /* [N] or null */);
+
+/// linear() with the quantized kernels of `isa` (float weights have one
+/// kernel and ignore it), so that tests and benchmarks can run each path.
+/// Throws std::invalid_argument when this CPU cannot run `isa`.
+void linear(const WeightView& w, const float* __restrict__ x /* [m, K] */, size_t m,
+            float* __restrict__ y /* [m, N] */, const float* __restrict__ bias /* [N] or null */,
+            MatmulIsa isa);
 
 } // namespace caflm

@@ -1,0 +1,245 @@
+// The AVX2 dot kernels of quantized linear layers (see quantized_matmul.hpp).
+//
+// Per output element the float operations are, for the legacy kinds, one
+// 8-lane accumulator taking fma(cvt(block sums) * d_x, d_w) block by block
+// (block sums: 8 int32 lanes, lane l the 4 products 4l..4l+3 of the block,
+// exact whichever way the quants are stored), plus, with a min, a scalar
+// fma(m_w, s_x) chain; then a fixed horizontal sum of the lanes, + the scalar
+// chain, + bias. For the K kinds: per super-block the exact 8-lane integer
+// sum of scale * quant * x, then acc = fma(cvt(sumi) * d_x, d_w, acc) and,
+// with mins, acc = fnmadd(cvt(min . bsums) * d_x, dmin_w, acc); then the
+// horizontal sum, + bias. The blocking over MR rows and NR columns below only
+// shares loads.
+#include "caflm/cpu/quantized_matmul.hpp"
+
+#include <immintrin.h>
+
+#include <utility>
+
+namespace caflm::detail {
+
+namespace {
+
+template <typename F, int... I>
+inline void unrolled_impl(F& f, std::integer_sequence<int, I...>) {
+  (f(I), ...);
+}
+
+// Calls f(0) .. f(N - 1) as straight-line code so that accumulator arrays
+// indexed through it stay in registers.
+template <int N, typename F>
+inline void unrolled(F f) {
+  unrolled_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+// Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i load(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// How a legacy kernel takes the weight quants: signed (Q8_0), stored with an
+// offset taken back through sum(x) (Q4_0, Q5_0), or unsigned with a min.
+enum class Legacy { kSigned, kOffset, kWithMin };
+
+template <int MR, int NR, Legacy kMode>
+__attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, size_t col0) {
+  const size_t k = p.k;
+  const size_t nb = k / 32;
+  constexpr bool kWithMin = kMode == Legacy::kWithMin;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(p.offset));
+  __m256 acc[MR][NR];
+  float summ[MR][NR];
+  unrolled<MR>([&](int i) {
+    unrolled<NR>([&](int j) {
+      acc[i][j] = _mm256_setzero_ps();
+      summ[i][j] = 0.0f;
+    });
+  });
+  for (size_t b = 0; b < nb; ++b) {
+    unrolled<MR>([&](int i) {
+      const size_t row = row0 + i;
+      const __m256i x = load(p.x_q + row * k + 32 * b);
+      const __m256 x_d = _mm256_set1_ps(p.x_d[row * nb + b]);
+      // offset * x summed as the block sums below are (lane l: x 4l..4l+3).
+      __m256i offset_sums = _mm256_setzero_si256();
+      if constexpr (kMode == Legacy::kOffset) {
+        offset_sums = _mm256_madd_epi16(_mm256_maddubs_epi16(offset, x), ones);
+      }
+      unrolled<NR>([&](int j) {
+        const size_t col = col0 + j;
+        const uint8_t* w = p.w.q + col * k + 32 * b;
+        __m256i lanes;
+        if constexpr (kMode == Legacy::kSigned) {
+          // |w| times x with w's sign: int16 pairs of at most 2 * 128 * 127.
+          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(p.w.q_abs + col * k + 32 * b),
+                                                         _mm256_sign_epi8(x, load(w))),
+                                    ones);
+        } else {
+          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(w), x), ones);
+          if constexpr (kMode == Legacy::kOffset) {
+            lanes = _mm256_sub_epi32(lanes, offset_sums);
+          }
+        }
+        const __m256 sums = _mm256_cvtepi32_ps(lanes);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(sums, x_d), _mm256_set1_ps(p.w.d[col * nb + b]),
+                                    acc[i][j]);
+        if constexpr (kWithMin) {
+          summ[i][j] = __builtin_fmaf(p.w.m[col * nb + b], p.x_s[row * nb + b], summ[i][j]);
+        }
+      });
+    });
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) {
+      float sum = hsum(acc[i][j]);
+      if constexpr (kWithMin) {
+        sum += summ[i][j];
+      }
+      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
+    }
+  }
+}
+
+// Byte patterns picking sub-block scales 2c (8 times) and 2c + 1 (8 times)
+// out of a super-block's 16.
+alignas(16) constexpr uint8_t kScalePatterns[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+
+template <int MR, int NR, bool kOffset>
+__attribute__((flatten)) void super_block(const GroupProblem& p, size_t row0, size_t col0) {
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  __m256 acc[MR][NR];
+  unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { acc[i][j] = _mm256_setzero_ps(); }); });
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i sumi[MR][NR];
+    unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { sumi[i][j] = _mm256_setzero_si256(); }); });
+    __m128i packed_scales[NR];
+    unrolled<NR>([&](int j) {
+      packed_scales[j] = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(p.w.scales + (col0 + j) * (k / 16) + 16 * b));
+    });
+    for (size_t c = 0; c < 8; ++c) {
+      __m256i x[MR];
+      unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 256 * b + 32 * c); });
+      const __m128i pattern = _mm_load_si128(reinterpret_cast<const __m128i*>(kScalePatterns[c]));
+      unrolled<NR>([&](int j) {
+        const size_t col = col0 + j;
+        const __m256i w = load(p.w.q + col * k + 256 * b + 32 * c);
+        // Sub-blocks 2c and 2c + 1: their scales, 8 int16 each.
+        const __m256i scales = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed_scales[j], pattern));
+        unrolled<MR>([&](int i) {
+          sumi[i][j] = _mm256_add_epi32(sumi[i][j],
+                                        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x[i]), scales));
+        });
+      });
+    }
+    unrolled<NR>([&](int j) {
+      const size_t col = col0 + j;
+      const __m256i mins = load(p.w.mins + col * (k / 16) + 16 * b);
+      const __m256 w_d = _mm256_set1_ps(p.w.d[col * nb + b]);
+      unrolled<MR>([&](int i) {
+        const size_t row = row0 + i;
+        const __m256i min_sums = _mm256_madd_epi16(mins, load(p.x_bsums + row * (k / 16) + 16 * b));
+        const __m256 x_d = _mm256_set1_ps(p.x_d[row * nb + b]);
+        if constexpr (kOffset) {
+          const __m256 s = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[i][j], min_sums));
+          acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(s, x_d), w_d, acc[i][j]);
+        } else {
+          const __m256 s = _mm256_cvtepi32_ps(sumi[i][j]);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(s, x_d), w_d, acc[i][j]);
+          const __m256 ms = _mm256_cvtepi32_ps(min_sums);
+          acc[i][j] = _mm256_fnmadd_ps(_mm256_mul_ps(ms, x_d), _mm256_set1_ps(p.w.m[col * nb + b]),
+                                       acc[i][j]);
+        }
+      });
+    });
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) {
+      const float sum = hsum(acc[i][j]);
+      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
+    }
+  }
+}
+
+// All rows of x against the group's columns: MR rows x 2 columns at a time
+// (1 x 4 for a row left over), single columns in a ragged last group.
+template <typename Kernel, int MR>
+void sweep(const GroupProblem& p) {
+  size_t row = 0;
+  for (; row + MR <= p.m; row += MR) {
+    if (p.cols == 4) {
+      Kernel::template block<MR, 2>(p, row, 0);
+      Kernel::template block<MR, 2>(p, row, 2);
+    } else {
+      for (size_t col = 0; col < p.cols; ++col) {
+        Kernel::template block<MR, 1>(p, row, col);
+      }
+    }
+  }
+  for (; row < p.m; ++row) {
+    if (p.cols == 4) {
+      Kernel::template block<1, 4>(p, row, 0);
+    } else {
+      for (size_t col = 0; col < p.cols; ++col) {
+        Kernel::template block<1, 1>(p, row, col);
+      }
+    }
+  }
+}
+
+template <Legacy kMode>
+struct LegacyKernel {
+  template <int MR, int NR>
+  static void block(const GroupProblem& p, size_t row0, size_t col0) {
+    legacy_block<MR, NR, kMode>(p, row0, col0);
+  }
+};
+
+template <bool kOffset>
+struct Super {
+  template <int MR, int NR>
+  static void block(const GroupProblem& p, size_t row0, size_t col0) {
+    super_block<MR, NR, kOffset>(p, row0, col0);
+  }
+};
+
+} // namespace
+
+void dot_group_avx2(const GroupProblem& p) {
+  switch (p.kind) {
+  case QuantKind::kLegacySigned:
+    sweep<LegacyKernel<Legacy::kSigned>, 3>(p);
+    return;
+  case QuantKind::kLegacyOffset:
+    sweep<LegacyKernel<Legacy::kOffset>, 3>(p);
+    return;
+  case QuantKind::kLegacyWithMin:
+    sweep<LegacyKernel<Legacy::kWithMin>, 3>(p);
+    return;
+  case QuantKind::kSuperWithMin:
+    sweep<Super<false>, 2>(p);
+    return;
+  case QuantKind::kSuperOffset:
+    sweep<Super<true>, 2>(p);
+    return;
+  }
+}
+
+} // namespace caflm::detail

@@ -1,0 +1,599 @@
+#include "caflm/cpu/quantized_matmul.hpp"
+
+#include "caflm/gguf/quant_blocks.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace caflm::detail {
+
+namespace {
+
+// Output columns per parallel work item, at most (a multiple of kGroupCols).
+constexpr size_t kMaxTileCols = 64;
+static_assert(kMaxTileCols % kGroupCols == 0);
+
+// Tile width for n columns: about 4 tiles per thread so that dynamic
+// scheduling can even out the load (decode has few columns to share), whole
+// column groups, at most kMaxTileCols. Which thread computes a column, and in
+// which tile, never changes its bits: the width is free to follow the thread
+// count.
+size_t tile_cols(size_t n) {
+  const size_t tiles = 4 * static_cast<size_t>(std::max(1, omp_get_max_threads()));
+  const size_t groups = std::max<size_t>(1, (n + tiles * kGroupCols - 1) / (tiles * kGroupCols));
+  return std::min(kMaxTileCols, groups * kGroupCols);
+}
+
+// Below this many multiply-adds a call runs on the calling thread.
+constexpr size_t kParallelMinMacs = size_t{1} << 18;
+
+float half(uint16_t bits) {
+  return _cvtsh_ss(bits);
+}
+
+// Block b of a row, read in place: fields are reached through offsetof and
+// unaligned loads (copying a block out first costs a store-forwarding stall
+// per block).
+template <typename Block>
+const uint8_t* block_at(const uint8_t* row, size_t b) {
+  return row + b * sizeof(Block);
+}
+
+uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+__m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// roundf() of each lane: to nearest, ties away from zero.
+__m256 round_half_away(__m256 v) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256 a = _mm256_andnot_ps(sign_bit, v);
+  const __m256 whole = _mm256_round_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m256 up =
+      _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(a, whole), _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                    _mm256_set1_ps(1.0f));
+  return _mm256_or_ps(_mm256_add_ps(whole, up), _mm256_and_ps(sign_bit, v));
+}
+
+// Packs 4 x 8 int32 (each within int8) into 32 int8 in element order.
+__m256i pack_int8(const __m256i (&q32)[4]) {
+  const __m256i q16_lo = _mm256_packs_epi32(q32[0], q32[1]);
+  const __m256i q16_hi = _mm256_packs_epi32(q32[2], q32[3]);
+  // The packs interleave 128-bit lanes; the permute restores element order.
+  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16_lo, q16_hi),
+                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// ggml's quantize_row_q8_0_ref / quantize_row_q8_1_ref on one block of 32:
+// d = max|x| / 127, q = roundf(x * (1 / d)), s = d * sum(q).
+void quantize_block_q8(const float* __restrict__ x, int8_t* __restrict__ q, float* d, float* s) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 max_abs = _mm256_setzero_ps();
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_loadu_ps(x + 8 * c);
+    max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, v[c]));
+  }
+  const float amax = hmax(max_abs);
+  const float scale = amax / 127.0f;
+  const __m256 inverse = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+  __m256i q32[4];
+  for (int c = 0; c < 4; ++c) {
+    q32[c] = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v[c], inverse)));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), pack_int8(q32));
+  *d = half(f32_to_f16(scale));
+  if (s != nullptr) {
+    const __m256i sum4 =
+        _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
+    *s = half(f32_to_f16(static_cast<float>(_mm_cvtsi128_si32(sum)) * scale));
+  }
+}
+
+// ggml's quantize_row_q8_K_ref on one super-block of 256: max = the first
+// value of largest magnitude, q = min(127, nearest-even(x * -127 / max)),
+// d = 1 / (-127 / max), bsums = sums of each 16 quants.
+void quantize_block_q8_k(const float* __restrict__ x, int8_t* __restrict__ q, float* d,
+                         int16_t* __restrict__ bsums) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  __m256 max_abs = _mm256_setzero_ps();
+  for (int c = 0; c < 32; ++c) {
+    max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + 8 * c)));
+  }
+  const float amax = hmax(max_abs);
+  if (amax == 0.0f) { // all zeros (or NaN-only maxima, which ggml leaves undefined)
+    *d = 0.0f;
+    std::memset(q, 0, 256);
+    std::memset(bsums, 0, 16 * sizeof(int16_t));
+    return;
+  }
+  float max = 0.0f;
+  for (int c = 0; c < 32; ++c) {
+    const __m256 v = _mm256_loadu_ps(x + 8 * c);
+    const int hits = _mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_andnot_ps(sign_bit, v), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+    if (hits != 0) {
+      max = x[8 * c + __builtin_ctz(static_cast<unsigned>(hits))];
+      break;
+    }
+  }
+  const float iscale = -127.0f / max;
+  const __m256 scale = _mm256_set1_ps(iscale);
+  const __m256i limit = _mm256_set1_epi32(127);
+  for (int g = 0; g < 8; ++g) {
+    __m256i q32[4];
+    for (int c = 0; c < 4; ++c) {
+      q32[c] = _mm256_min_epi32(
+          limit, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * g + 8 * c), scale)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * g), pack_int8(q32));
+  }
+  for (int j = 0; j < 16; ++j) {
+    int sum = 0;
+    for (int l = 0; l < 16; ++l) {
+      sum += q[16 * j + l];
+    }
+    bsums[j] = static_cast<int16_t>(sum);
+  }
+  *d = 1.0f / iscale;
+}
+
+// The 32 bits of `bits` as bytes: 0xFF where set, 0 where clear (byte j for bit j).
+__m256i expand_bits(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+// Low and high nibbles of 16 bytes: bytes 0-15 the low, 16-31 the high ones.
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+void store(void* p, __m256i v) {
+  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+}
+
+// Writes signed quants and (when wanted) their magnitudes.
+void store_signed(uint8_t* q, uint8_t* q_abs, __m256i v) {
+  store(q, v);
+  if (q_abs != nullptr) {
+    store(q_abs, _mm256_abs_epi8(v));
+  }
+}
+
+// The 12 packed bytes of Q4_K/Q5_K scales and mins (6 bits each) as 8 scales
+// (bytes 0-7) and 8 mins (bytes 8-15), as ggml's get_scale_min_k4 reads them:
+// j < 4: scale = b[j] & 63, min = b[j + 4] & 63; j >= 4: scale = (b[j + 4] &
+// 15) | (b[j - 4] >> 6) << 4, min = (b[j + 4] >> 4) | (b[j] >> 6) << 4.
+inline __m128i unpack_scales_k4(const uint8_t* packed) {
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const uint32_t mins_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_low;
+  u[0] &= kLow6;
+  return _mm_setr_epi32(static_cast<int>(u[0]), static_cast<int>(u[1]), static_cast<int>(u[2]),
+                        static_cast<int>(u[3]));
+}
+
+// The 12 packed bytes of Q3_K's 6-bit scales as 16 int8 scales (minus the
+// bias of 32): scale s has low bits 4(s / 8) of byte s % 8 and high bits
+// 2(s / 4) of byte 8 + s % 4.
+inline __m128i unpack_scales_q3_k(const uint8_t* packed) {
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  const uint32_t high = u[2];
+  u[2] = ((u[0] >> 4) & kLow4) | (((high >> 4) & kLow2) << 4);
+  u[3] = ((u[1] >> 4) & kLow4) | (((high >> 6) & kLow2) << 4);
+  u[0] = (u[0] & kLow4) | (((high >> 0) & kLow2) << 4);
+  u[1] = (u[1] & kLow4) | (((high >> 2) & kLow2) << 4);
+  return _mm_sub_epi8(_mm_setr_epi32(static_cast<int>(u[0]), static_cast<int>(u[1]),
+                                     static_cast<int>(u[2]), static_cast<int>(u[3])),
+                      _mm_set1_epi8(32));
+}
+
+// One legacy weight row (blocks of 32): quants, |quants| (kAbs), d and m.
+template <TensorType kType, bool kAbs>
+void decode_legacy(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restrict__ q,
+                   uint8_t* __restrict__ q_abs, float* __restrict__ d, float* __restrict__ m) {
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  for (size_t b = 0; b < nb; ++b) {
+    uint8_t* qb = q + 32 * b;
+    uint8_t* ab = kAbs ? q_abs + 32 * b : nullptr;
+    if constexpr (kType == TensorType::Q4_0) {
+      const uint8_t* block = block_at<BlockQ4_0>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ4_0, d)));
+      store(qb, nibbles(block + offsetof(BlockQ4_0, qs))); // q + 8
+    } else if constexpr (kType == TensorType::Q4_1) {
+      const uint8_t* block = block_at<BlockQ4_1>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ4_1, d)));
+      m[b] = half(u16_at(block + offsetof(BlockQ4_1, m)));
+      store(qb, nibbles(block + offsetof(BlockQ4_1, qs)));
+    } else if constexpr (kType == TensorType::Q5_0) {
+      const uint8_t* block = block_at<BlockQ5_0>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ5_0, d)));
+      const __m256i high =
+          _mm256_and_si256(expand_bits(u32_at(block + offsetof(BlockQ5_0, qh))), sixteen);
+      store(qb, _mm256_or_si256(nibbles(block + offsetof(BlockQ5_0, qs)), high)); // q + 16
+    } else if constexpr (kType == TensorType::Q5_1) {
+      const uint8_t* block = block_at<BlockQ5_1>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ5_1, d)));
+      m[b] = half(u16_at(block + offsetof(BlockQ5_1, m)));
+      const __m256i high =
+          _mm256_and_si256(expand_bits(u32_at(block + offsetof(BlockQ5_1, qh))), sixteen);
+      store(qb, _mm256_or_si256(nibbles(block + offsetof(BlockQ5_1, qs)), high));
+    } else {
+      const uint8_t* block = block_at<BlockQ8_0>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ8_0, d)));
+      store_signed(qb, ab, load32(block + offsetof(BlockQ8_0, qs)));
+    }
+  }
+  (void)m;
+}
+
+// One K-quant weight row (super-blocks of 256): unsigned quants, expanded
+// sub-block scales, mins, d and dmin.
+template <TensorType kType>
+void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restrict__ q,
+                  int8_t* __restrict__ scales_row, int16_t* __restrict__ mins_row,
+                  float* __restrict__ d, float* __restrict__ dmin) {
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  const __m256i three = _mm256_set1_epi8(3);
+  (void)sixteen;
+  (void)dmin;
+  for (size_t b = 0; b < nb; ++b) {
+    uint8_t* qb = q + 256 * b;
+    int8_t* scales = scales_row + 16 * b;
+    int16_t* mins = mins_row + 16 * b;
+    if constexpr (kType == TensorType::Q2_K) {
+      const uint8_t* block = block_at<BlockQ2_K>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ2_K, d)));
+      dmin[b] = half(u16_at(block + offsetof(BlockQ2_K, dmin)));
+      // Byte s: scale in the low nibble, min in the high one.
+      const __m128i packed =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ2_K, scales)));
+      const __m128i low4 = _mm_set1_epi8(0x0F);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(scales), _mm_and_si128(packed, low4));
+      store(mins, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), low4)));
+      // Value 128n + 32j + l is bits 2j, 2j+1 of qs[32n + l].
+      for (int n = 0; n < 2; ++n) {
+        const __m256i bits = load32(block + offsetof(BlockQ2_K, qs) + 32 * n);
+        for (int j = 0; j < 4; ++j) {
+          store(qb + 128 * n + 32 * j, _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), three));
+        }
+      }
+    } else if constexpr (kType == TensorType::Q3_K) {
+      const uint8_t* block = block_at<BlockQ3_K>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ3_K, d)));
+      const __m128i scales8 = unpack_scales_q3_k(block + offsetof(BlockQ3_K, scales));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(scales), scales8);
+      store(mins, _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales8), 2)); // 4 * scale
+      // Value 128n + 32j + l: bits 2j, 2j+1 of qs[32n + l], + 4 where bit
+      // 4n + j of hmask[l] is set (q + 4 of ggml's q in -4..3).
+      const __m256i hmask = load32(block + offsetof(BlockQ3_K, hmask));
+      for (int n = 0; n < 2; ++n) {
+        const __m256i bits = load32(block + offsetof(BlockQ3_K, qs) + 32 * n);
+        for (int j = 0; j < 4; ++j) {
+          const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * n + j)));
+          const __m256i four = _mm256_and_si256(
+              _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit), _mm256_set1_epi8(4));
+          store(qb + 128 * n + 32 * j,
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), three), four));
+        }
+      }
+    } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+      constexpr bool five = kType == TensorType::Q5_K;
+      const uint8_t* block = five ? block_at<BlockQ5_K>(row, b) : block_at<BlockQ4_K>(row, b);
+      // d, dmin and scales sit at the same offsets in both.
+      static_assert(offsetof(BlockQ4_K, scales) == offsetof(BlockQ5_K, scales));
+      d[b] = half(u16_at(block + offsetof(BlockQ4_K, d)));
+      dmin[b] = half(u16_at(block + offsetof(BlockQ4_K, dmin)));
+      const uint8_t* packed = block + offsetof(BlockQ4_K, scales);
+      const uint8_t* qs = block + (five ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs));
+      // Both 16-value halves of a 32-value sub-block share its scale and min.
+      const __m128i both = unpack_scales_k4(packed);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(scales), _mm_unpacklo_epi8(both, both));
+      store(mins, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(both, both)));
+      // Value 64t + l is the low nibble of qs[32t + l], 64t + 32 + l the high
+      // one; Q5_K adds 16 where bit 2t (2t + 1) of qh[l] is set.
+      const __m256i qh = five ? load32(block + offsetof(BlockQ5_K, qh)) : _mm256_setzero_si256();
+      const __m256i low_mask = _mm256_set1_epi8(0x0F);
+      for (int t = 0; t < 4; ++t) {
+        const __m256i bytes = load32(qs + 32 * t);
+        __m256i lo = _mm256_and_si256(bytes, low_mask);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_mask);
+        if constexpr (five) {
+          const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * t)));
+          const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(2 << (2 * t)));
+          lo = _mm256_or_si256(
+              lo,
+              _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), sixteen));
+          hi = _mm256_or_si256(
+              hi,
+              _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), sixteen));
+        }
+        store(qb + 64 * t, lo);
+        store(qb + 64 * t + 32, hi);
+      }
+    } else {
+      static_assert(kType == TensorType::Q6_K);
+      const uint8_t* block = block_at<BlockQ6_K>(row, b);
+      d[b] = half(u16_at(block + offsetof(BlockQ6_K, d)));
+      const __m128i scales8 =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(scales), scales8);
+      store(mins, _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales8), 5)); // 32 * scale
+      // Half n, l < 32: values 128n + 32i + l take the low (i = 0, 1) or high
+      // (i = 2, 3) nibble of ql[64n + 32(i % 2) + l] and bits 2i, 2i+1 of qh[32n + l].
+      const __m256i low_mask = _mm256_set1_epi8(0x0F);
+      for (int n = 0; n < 2; ++n) {
+        const __m256i ql0 = load32(block + offsetof(BlockQ6_K, ql) + 64 * n);
+        const __m256i ql1 = load32(block + offsetof(BlockQ6_K, ql) + 64 * n + 32);
+        const __m256i qh = load32(block + offsetof(BlockQ6_K, qh) + 32 * n);
+        const __m256i low[4] = {_mm256_and_si256(ql0, low_mask), _mm256_and_si256(ql1, low_mask),
+                                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low_mask),
+                                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low_mask)};
+        for (int i = 0; i < 4; ++i) {
+          const __m256i high =
+              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), three), 4);
+          store(qb + 128 * n + 32 * i, _mm256_or_si256(low[i], high));
+        }
+      }
+    }
+  }
+}
+
+template <TensorType kType>
+void decode_legacy_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, uint8_t* q_abs,
+                       float* d, float* m) {
+  const size_t nb = k / 32;
+  if (q_abs != nullptr) {
+    decode_legacy<kType, true>(row, nb, q + col * k, q_abs + col * k, d + col * nb, m + col * nb);
+  } else {
+    decode_legacy<kType, false>(row, nb, q + col * k, nullptr, d + col * nb, m + col * nb);
+  }
+}
+
+template <TensorType kType>
+void decode_super_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, int8_t* scales,
+                      int16_t* mins, float* d, float* dmin) {
+  const size_t nb = k / 256;
+  decode_super<kType>(row, nb, q + col * k, scales + col * (k / 16), mins + col * (k / 16),
+                      d + col * nb, dmin + col * nb);
+}
+
+} // namespace
+
+QuantKind quant_kind(TensorType weight_type) {
+  switch (weight_type) {
+  case TensorType::Q8_0:
+    return QuantKind::kLegacySigned;
+  case TensorType::Q4_0:
+  case TensorType::Q5_0:
+    return QuantKind::kLegacyOffset;
+  case TensorType::Q4_1:
+  case TensorType::Q5_1:
+    return QuantKind::kLegacyWithMin;
+  case TensorType::Q2_K:
+  case TensorType::Q4_K:
+  case TensorType::Q5_K:
+    return QuantKind::kSuperWithMin;
+  case TensorType::Q3_K:
+  case TensorType::Q6_K:
+    return QuantKind::kSuperOffset;
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("linear: weight type ") + to_string(weight_type) +
+                              " is not supported");
+}
+
+int legacy_offset(TensorType weight_type) {
+  return weight_type == TensorType::Q4_0 ? 8 : weight_type == TensorType::Q5_0 ? 16 : 0;
+}
+
+TensorType activation_type(TensorType weight_type) {
+  switch (quant_kind(weight_type)) {
+  case QuantKind::kLegacySigned:
+  case QuantKind::kLegacyOffset:
+    return TensorType::Q8_0;
+  case QuantKind::kLegacyWithMin:
+    return TensorType::Q8_1;
+  case QuantKind::kSuperWithMin:
+  case QuantKind::kSuperOffset:
+    break;
+  }
+  return TensorType::Q8_K;
+}
+
+void quantize_activation_row(TensorType act_type, const float* __restrict__ x, size_t k,
+                             const ActivationRow& out) {
+  switch (act_type) {
+  case TensorType::Q8_0:
+  case TensorType::Q8_1:
+    if (k % 32 != 0) {
+      break;
+    }
+    for (size_t b = 0; b < k / 32; ++b) {
+      quantize_block_q8(x + 32 * b, out.q + 32 * b, out.d + b,
+                        act_type == TensorType::Q8_1 ? out.s + b : nullptr);
+    }
+    return;
+  case TensorType::Q8_K:
+    if (k % 256 != 0) {
+      break;
+    }
+    for (size_t b = 0; b < k / 256; ++b) {
+      quantize_block_q8_k(x + 256 * b, out.q + 256 * b, out.d + b, out.bsums + 16 * b);
+    }
+    return;
+  default:
+    throw std::invalid_argument(std::string("quantize_activation_row: ") + to_string(act_type) +
+                                " is not an activation format");
+  }
+  throw std::invalid_argument(std::string("quantize_activation_row: ") + to_string(act_type) +
+                              " row of " + std::to_string(k) + " values is not whole blocks");
+}
+
+void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
+                       uint8_t* q, uint8_t* q_abs, float* d, float* m, int8_t* scales,
+                       int16_t* mins) {
+  switch (type) {
+  case TensorType::Q4_0:
+    return decode_legacy_any<TensorType::Q4_0>(row, k, col, q, q_abs, d, m);
+  case TensorType::Q4_1:
+    return decode_legacy_any<TensorType::Q4_1>(row, k, col, q, q_abs, d, m);
+  case TensorType::Q5_0:
+    return decode_legacy_any<TensorType::Q5_0>(row, k, col, q, q_abs, d, m);
+  case TensorType::Q5_1:
+    return decode_legacy_any<TensorType::Q5_1>(row, k, col, q, q_abs, d, m);
+  case TensorType::Q8_0:
+    return decode_legacy_any<TensorType::Q8_0>(row, k, col, q, q_abs, d, m);
+  case TensorType::Q2_K:
+    return decode_super_any<TensorType::Q2_K>(row, k, col, q, scales, mins, d, m);
+  case TensorType::Q3_K:
+    return decode_super_any<TensorType::Q3_K>(row, k, col, q, scales, mins, d, m);
+  case TensorType::Q4_K:
+    return decode_super_any<TensorType::Q4_K>(row, k, col, q, scales, mins, d, m);
+  case TensorType::Q5_K:
+    return decode_super_any<TensorType::Q5_K>(row, k, col, q, scales, mins, d, m);
+  case TensorType::Q6_K:
+    return decode_super_any<TensorType::Q6_K>(row, k, col, q, scales, mins, d, m);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("linear: weight type ") + to_string(type) +
+                              " is not supported");
+}
+
+void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,
+                      float* __restrict__ y, const float* __restrict__ bias) {
+  const QuantKind kind = quant_kind(w.type);
+  const TensorType act = activation_type(w.type);
+  const size_t k = w.cols;
+  const size_t n = w.rows;
+  const size_t block = tensor_block_size(w.type);
+  if (k % block != 0) {
+    throw std::invalid_argument(std::string("linear: a ") + to_string(w.type) +
+                                " weight needs rows of a multiple of " + std::to_string(block) +
+                                " values, not " + std::to_string(k));
+  }
+  if (m == 0 || n == 0) {
+    return;
+  }
+  const size_t w_row_bytes = tensor_row_bytes(w.type, k);
+  const size_t x_blocks = k / tensor_block_size(act);
+
+  // The caller thread's activation scratch, grown once to the largest call.
+  thread_local std::vector<int8_t> x_q;
+  thread_local std::vector<float> x_d;
+  thread_local std::vector<float> x_s;
+  thread_local std::vector<int16_t> x_bsums;
+  x_q.resize(m * k);
+  x_d.resize(m * x_blocks);
+  x_s.resize(act == TensorType::Q8_1 ? m * x_blocks : 0);
+  x_bsums.resize(act == TensorType::Q8_K ? m * k / 16 : 0);
+  int8_t* const xq = x_q.data();
+  float* const xd = x_d.data();
+  float* const xs = x_s.data();
+  int16_t* const xb = x_bsums.data();
+  const auto rows = static_cast<ptrdiff_t>(m);
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMinMacs / 8)
+  for (ptrdiff_t r = 0; r < rows; ++r) {
+    const auto row = static_cast<size_t>(r);
+    quantize_activation_row(act, x + row * k, k,
+                            ActivationRow{xq + row * k, xd + row * x_blocks,
+                                          xs != nullptr ? xs + row * x_blocks : nullptr,
+                                          xb != nullptr ? xb + row * (k / 16) : nullptr});
+  }
+
+  const bool signed_avx2 = kind == QuantKind::kLegacySigned && isa == MatmulIsa::Avx2;
+  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  const size_t tile_width = tile_cols(n);
+  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
+#pragma omp parallel for schedule(dynamic) if (m * n * k >= kParallelMinMacs)
+  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+    // This thread's unpacked column group, grown once.
+    thread_local std::vector<uint8_t> q;
+    thread_local std::vector<uint8_t> q_abs;
+    thread_local std::vector<float> d;
+    thread_local std::vector<float> mm;
+    thread_local std::vector<int8_t> scales;
+    thread_local std::vector<int16_t> mins;
+    q.resize(kGroupCols * k);
+    q_abs.resize(signed_avx2 ? kGroupCols * k : 0);
+    d.resize(kGroupCols * (k / 32));
+    mm.resize(kGroupCols * (k / 32));
+    const bool super = kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
+    scales.resize(super ? kGroupCols * k / 16 : 0);
+    mins.resize(super ? kGroupCols * k / 16 : 0);
+
+    const size_t col_begin = static_cast<size_t>(tile) * tile_width;
+    const size_t col_end = std::min(n, col_begin + tile_width);
+    for (size_t col0 = col_begin; col0 < col_end; col0 += kGroupCols) {
+      const size_t cols = std::min(kGroupCols, col_end - col0);
+      for (size_t j = 0; j < cols; ++j) {
+        decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(),
+                          signed_avx2 ? q_abs.data() : nullptr, d.data(), mm.data(), scales.data(),
+                          mins.data());
+      }
+      GroupProblem p{};
+      p.kind = kind;
+      p.k = k;
+      p.m = m;
+      p.x_q = xq;
+      p.x_d = xd;
+      p.x_s = xs;
+      p.x_bsums = xb;
+      p.w = DecodedColumns{q.data(), q_abs.data(), d.data(), mm.data(), scales.data(), mins.data()};
+      p.offset = legacy_offset(w.type);
+      p.cols = cols;
+      p.y = y + col0;
+      p.y_stride = n;
+      p.bias = bias != nullptr ? bias + col0 : nullptr;
+      if (isa == MatmulIsa::Avx512) {
+        dot_group_avx512(p);
+      } else {
+        dot_group_avx2(p);
+      }
+    }
+  }
+}
+
+} // namespace caflm::detail

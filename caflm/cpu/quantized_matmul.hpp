@@ -1,0 +1,121 @@
+#pragma once
+
+#include "caflm/cpu/cpu_matmul.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+// Internals of linear() for quantized weights (caflm::detail, not a stable
+// API; the tests use them to check each piece on its own).
+//
+// As llama.cpp does, each row of x is quantized on its own to the activation
+// format of the weight type (activation_type()), and every weight block meets
+// its activation block in an exact integer dot product, scaled in float.
+//
+// The weights stay where they are (the memory-mapped file). For each group of
+// up to kGroupCols output columns, their rows are unpacked into a small
+// per-thread scratch (DecodedColumns: one byte per quant, scales as the dot
+// kernels want them) which then meets every row of x. So the unpacking cost is
+// shared by the whole batch, and the dot kernels are one per family of types
+// and instruction set: "legacy" (blocks of 32 with a float scale: Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0) and "K" (super-blocks of 256 with integer sub-block scales:
+// Q2_K..Q6_K).
+//
+// Batch invariance: the integer parts are exact, so only the float operations
+// decide a result's bits, and for every output element they are one fixed
+// sequence that depends on K and the instruction set alone (see the kernel
+// files), whatever the batch size, the element's position or the thread count.
+
+namespace caflm::detail {
+
+/// Output columns unpacked together (tile widths are multiples of it).
+inline constexpr size_t kGroupCols = 4;
+
+/// How the dot kernels combine a weight row with a row of activations.
+enum class QuantKind {
+  /// Q8_0 against Q8_0: signed quants, y = sum_b d_w d_x (w . x).
+  kLegacySigned,
+  /// Q4_0, Q5_0 against Q8_0: quants stored as q + offset (unsigned, offset
+  /// 8 or 16), y = sum_b d_w d_x ((w + offset) . x - offset sum(x)).
+  kLegacyOffset,
+  /// Q4_1, Q5_1 against Q8_1: unsigned quants, y = sum_b d_w d_x (w . x) + m_w s_x.
+  kLegacyWithMin,
+  /// Q2_K, Q4_K, Q5_K against Q8_K: unsigned quants with sub-block scales and
+  /// mins, y = sum_b d_x (d_w sum_s sc_s (w . x)_s - dmin_w sum_s min_s bsum_s).
+  kSuperWithMin,
+  /// Q3_K, Q6_K against Q8_K: quants stored as q + offset (unsigned), the
+  /// offset taken back through the block sums of x: min_s = offset * sc_s and
+  /// y = sum_b d_x d_w (sum_s sc_s (w . x)_s - sum_s min_s bsum_s).
+  kSuperOffset,
+};
+
+/// The family of a weight type; throws std::invalid_argument naming any type
+/// that is not a quantized weight type.
+QuantKind quant_kind(TensorType weight_type);
+
+/// The activation format llama.cpp pairs with a weight type: Q8_0, Q8_1 or Q8_K.
+TensorType activation_type(TensorType weight_type);
+
+/// One row of activations quantized (ggml's formats, fields unpacked).
+struct ActivationRow {
+  int8_t* q;      // [k]
+  float* d;       // [k / block] the scale as the dot uses it (f32 of the f16 for Q8_0/Q8_1)
+  float* s;       // [k / 32] Q8_1 only: f32 of the f16 d * sum(q)
+  int16_t* bsums; // [k / 16] Q8_K only: sums of each 16 quants
+};
+
+/// Quantizes `x` (k values, a whole number of blocks) to `act_type` (Q8_0,
+/// Q8_1 or Q8_K) with the semantics of ggml's reference quantizers, byte for
+/// byte (AVX2).
+void quantize_activation_row(TensorType act_type, const float* __restrict__ x, size_t k,
+                             const ActivationRow& out);
+
+/// Unpacked weight rows of one column group, `k` values each. Which arrays are
+/// used depends on the kind.
+struct DecodedColumns {
+  const uint8_t* q;     // [cols, k] quants: int8 (signed legacy) or uint8
+  const uint8_t* q_abs; // [cols, k] |q| (signed legacy; the AVX2 sign trick)
+  const float* d;       // [cols, k / block] block or super-block scale
+  const float* m;       // [cols, k / block] legacy min m, or K-quant dmin
+  const int8_t* scales; // [cols, k / 16] sub-block scales (one per 16 values)
+  const int16_t* mins;  // [cols, k / 16] sub-block mins (or offset * scale)
+};
+
+/// The offset kLegacyOffset quants are stored with (8 for Q4_0, 16 for Q5_0),
+/// 0 for every other type.
+int legacy_offset(TensorType weight_type);
+
+/// Unpacks one weight row of `type` (k values) into column `col` of the
+/// group scratch whose arrays are laid out as DecodedColumns describes.
+void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
+                       uint8_t* q, uint8_t* q_abs, float* d, float* m, int8_t* scales,
+                       int16_t* mins);
+
+/// Everything a dot kernel needs for one column group against all rows.
+struct GroupProblem {
+  QuantKind kind;
+  size_t k;
+  size_t m;               // rows of x
+  const int8_t* x_q;      // [m, k]
+  const float* x_d;       // [m, k / block]
+  const float* x_s;       // [m, k / 32] (kLegacyWithMin)
+  const int16_t* x_bsums; // [m, k / 16] (K kinds)
+  DecodedColumns w;
+  int offset;  // kLegacyOffset: what the stored quants exceed ggml's by
+  size_t cols; // 1..kGroupCols
+  float* y;    // y[r * y_stride + j] for column j of the group
+  size_t y_stride;
+  const float* bias; // [cols] or null
+};
+
+/// The dot kernels, one per instruction set (the AVX-512 one lives in a
+/// translation unit of its own, compiled with AVX-512 enabled, and is only
+/// called when the CPU has it).
+void dot_group_avx2(const GroupProblem& p);
+void dot_group_avx512(const GroupProblem& p);
+
+/// linear() for a quantized weight type with the kernels of `isa`.
+void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,
+                      float* __restrict__ y, const float* __restrict__ bias);
+
+} // namespace caflm::detail

@@ -1,0 +1,215 @@
+#include "caflm/cpu/quantized_matmul.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
+#include "caflm/gguf/quantize.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace caflm;
+using namespace caflm::detail;
+
+namespace {
+
+// One row quantized by quantize_activation_row, packed back into ggml's block
+// bytes (the f32 scales of Q8_0/Q8_1 are f16 values, so the packing is exact).
+std::vector<uint8_t> quantize_and_pack(TensorType act, const std::vector<float>& x) {
+  const size_t k = x.size();
+  const size_t block = tensor_block_size(act);
+  std::vector<int8_t> q(k);
+  std::vector<float> d(k / block);
+  std::vector<float> s(k / 32);
+  std::vector<int16_t> bsums(k / 16);
+  quantize_activation_row(act, x.data(), k,
+                          ActivationRow{q.data(), d.data(), s.data(), bsums.data()});
+  std::vector<uint8_t> bytes(tensor_row_bytes(act, k));
+  for (size_t b = 0; b < k / block; ++b) {
+    uint8_t* out = bytes.data() + b * tensor_block_bytes(act);
+    if (act == TensorType::Q8_K) {
+      BlockQ8_K packed{};
+      packed.d = d[b];
+      std::memcpy(packed.qs, q.data() + 256 * b, 256);
+      std::memcpy(packed.bsums, bsums.data() + 16 * b, sizeof packed.bsums);
+      std::memcpy(out, &packed, sizeof packed);
+    } else {
+      const uint16_t d16 = f32_to_f16(d[b]);
+      REQUIRE(f16_to_f32(d16) == d[b]); // the scale is an f16 value
+      std::memcpy(out, &d16, 2);
+      size_t quants = 2;
+      if (act == TensorType::Q8_1) {
+        const uint16_t s16 = f32_to_f16(s[b]);
+        REQUIRE(f16_to_f32(s16) == s[b]);
+        std::memcpy(out + 2, &s16, 2);
+        quants = 4;
+      }
+      std::memcpy(out + quants, q.data() + 32 * b, 32);
+    }
+  }
+  return bytes;
+}
+
+void require_same_bytes(TensorType act, const std::vector<float>& x) {
+  const std::vector<uint8_t> expected = quantize_row(act, x.data(), x.size());
+  const std::vector<uint8_t> got = quantize_and_pack(act, x);
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(to_string(act) << " byte " << i << " of block " << i / tensor_block_bytes(act));
+    REQUIRE(static_cast<int>(got[i]) == static_cast<int>(expected[i]));
+  }
+}
+
+} // namespace
+
+TEST_CASE("activation quantization matches ggml's reference quantizers byte for byte",
+          "[quantized_matmul]") {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  std::uniform_real_distribution<float> magnitude(-30.0f, 10.0f);
+  for (TensorType act : {TensorType::Q8_0, TensorType::Q8_1, TensorType::Q8_K}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> x(512);
+      // Values over many orders of magnitude, in rows of one scale each.
+      const float scale = std::exp2(magnitude(rng));
+      for (float& v : x) {
+        v = uniform(rng) * scale;
+      }
+      require_same_bytes(act, x);
+    }
+  }
+}
+
+TEST_CASE("activation quantization matches on ties, zeros and equal maxima", "[quantized_matmul]") {
+  for (TensorType act : {TensorType::Q8_0, TensorType::Q8_1, TensorType::Q8_K}) {
+    std::vector<float> x(512, 0.0f);
+    SECTION("an all-zero row") {
+      require_same_bytes(act, x);
+    }
+    SECTION("halves: roundf takes ties away from zero, nearest_int to even") {
+      // With a block maximum of 127 the scale is 1, so x * (1 / d) is x itself.
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = static_cast<float>(static_cast<int>(i % 61) - 30) + 0.5f;
+      }
+      for (size_t b = 0; b < x.size(); b += 32) {
+        x[b + 7] = (b / 32) % 2 ? -127.0f : 127.0f;
+      }
+      require_same_bytes(act, x);
+    }
+    SECTION("equal magnitudes of both signs: the first one sets Q8_K's sign") {
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = 0.25f * static_cast<float>(static_cast<int>(i % 9) - 4);
+      }
+      x[3] = -1.5f;
+      x[200] = 1.5f;
+      x[256 + 10] = 1.5f;
+      x[256 + 11] = -1.5f;
+      require_same_bytes(act, x);
+    }
+    SECTION("one zero block between others") {
+      std::mt19937 rng(9);
+      std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = i / 256 == 1 ? 0.0f : uniform(rng);
+      }
+      require_same_bytes(act, x);
+    }
+  }
+}
+
+TEST_CASE("each quantized weight type takes llama.cpp's activation format", "[quantized_matmul]") {
+  REQUIRE(activation_type(TensorType::Q4_0) == TensorType::Q8_0);
+  REQUIRE(activation_type(TensorType::Q5_0) == TensorType::Q8_0);
+  REQUIRE(activation_type(TensorType::Q8_0) == TensorType::Q8_0);
+  REQUIRE(activation_type(TensorType::Q4_1) == TensorType::Q8_1);
+  REQUIRE(activation_type(TensorType::Q5_1) == TensorType::Q8_1);
+  for (TensorType type :
+       {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    REQUIRE(activation_type(type) == TensorType::Q8_K);
+  }
+  for (TensorType type :
+       {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_1, TensorType::Q8_K}) {
+    REQUIRE_THROWS_WITH(activation_type(type), Catch::Contains(to_string(type)));
+  }
+}
+
+TEST_CASE("decoded weight rows give back ggml's dequantized values", "[quantized_matmul]") {
+  // Every quant times its (sub-)block scale, minus the min, is the value ggml
+  // decodes, up to the rounding of ggml's own float products.
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  constexpr size_t k = 512;
+  for (TensorType type : kWeightTypes) {
+    if (tensor_block_size(type) == 1) {
+      continue;
+    }
+    std::vector<float> row(k);
+    for (float& v : row) {
+      v = uniform(rng);
+    }
+    const std::vector<uint8_t> bytes = quantize_row(type, row.data(), k);
+    std::vector<float> expected(k);
+    dequantize_row(type, bytes.data(), k, expected.data());
+    std::vector<uint8_t> q(k), q_abs(k);
+    std::vector<float> d(k / 32), m(k / 32);
+    std::vector<int8_t> scales(k / 16);
+    std::vector<int16_t> mins(k / 16);
+    decode_weight_row(type, bytes.data(), k, 0, q.data(), q_abs.data(), d.data(), m.data(),
+                      scales.data(), mins.data());
+    const QuantKind kind = quant_kind(type);
+    for (size_t i = 0; i < k; ++i) {
+      double value = 0.0;
+      switch (kind) {
+      case QuantKind::kLegacySigned:
+        value = double{d[i / 32]} * static_cast<int8_t>(q[i]);
+        REQUIRE(q_abs[i] == std::abs(static_cast<int8_t>(q[i])));
+        break;
+      case QuantKind::kLegacyOffset:
+        value = double{d[i / 32]} * (q[i] - legacy_offset(type));
+        break;
+      case QuantKind::kLegacyWithMin:
+        value = double{d[i / 32]} * q[i] + m[i / 32];
+        break;
+      case QuantKind::kSuperWithMin:
+        value = double{d[i / 256]} * scales[i / 16] * q[i] - double{m[i / 256]} * mins[i / 16];
+        break;
+      case QuantKind::kSuperOffset:
+        // mins = offset * scale; the offset is mins / scales (4 or 32).
+        value = double{d[i / 256]} * (static_cast<double>(scales[i / 16]) * q[i] - mins[i / 16]);
+        break;
+      }
+      INFO(to_string(type) << " value " << i);
+      REQUIRE(value == Approx(expected[i]).margin(1e-6).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("embedding_lookup decodes rows of every quantized type as ggml does",
+          "[quantized_matmul]") {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  constexpr uint64_t kVocab = 5;
+  constexpr uint64_t kDim = 512;
+  const TokenId tokens[3] = {4, 0, 4};
+  for (TensorType type : kWeightTypes) {
+    const size_t row_bytes = tensor_row_bytes(type, kDim);
+    std::vector<uint8_t> table(kVocab * row_bytes);
+    std::vector<float> rows(kVocab * kDim);
+    for (uint64_t r = 0; r < kVocab; ++r) {
+      std::vector<float> values(kDim);
+      for (float& v : values) {
+        v = uniform(rng);
+      }
+      quantize_row_into(type, values.data(), kDim, table.data() + r * row_bytes);
+      dequantize_row(type, table.data() + r * row_bytes, kDim, rows.data() + r * kDim);
+    }
+    std::vector<float> out(3 * kDim);
+    embedding_lookup(WeightView{type, table.data(), kVocab, kDim}, tokens, 3, out.data());
+    for (size_t i = 0; i < 3; ++i) {
+      INFO(to_string(type) << " token " << tokens[i]);
+      REQUIRE(std::memcmp(out.data() + i * kDim, rows.data() + tokens[i] * kDim,
+                          kDim * sizeof(float)) == 0);
+    }
+  }
+}
