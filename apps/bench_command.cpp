@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
@@ -10,6 +12,7 @@
 #include "apps/commands.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/inference_engine.hpp"
+#include "caflm/engine/log.hpp"
 #include "caflm/model/model.hpp"
 
 namespace caflm::apps {
@@ -30,6 +33,16 @@ struct BenchResult {
   double decode_tok_s;
 };
 
+/// The process's resident set (VmRSS), or 0 when /proc cannot tell.
+std::uint64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
 /// Like llama.cpp's batched-bench: B sequences each prefill the prompt (all
 /// in as few steps as the token budget allows), then decode together.
 BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOptions& options,
@@ -41,8 +54,7 @@ BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOption
   // KV blocks for every sequence at full length, and one spare.
   const std::uint64_t pages = (std::uint64_t{sizing.max_context} + 15) / 16;
   const std::uint64_t blocks = std::uint64_t{concurrency} * pages + 1;
-  const ModelConfig& m = model->config();
-  sizing.kv_cache_bytes = blocks * 2 * m.n_layers * 16 * std::uint64_t{m.kv_dim()} * sizeof(float);
+  sizing.kv_cache_bytes = blocks * 16 * kv_bytes_per_token(model->config());
   EngineConfig config = cpu_engine_config(*model, sizing);
   config.prefix_caching = false;
   auto engine = make_cpu_engine(model, config);
@@ -104,8 +116,14 @@ void run_bench(const BenchOptions& options) {
   warm_up.gen_tokens = 2;
   run_one(model, warm_up, 1);
   nlohmann::json results = nlohmann::json::array();
-  if (!options.json)
+  if (!options.json) {
+    // Every weight has been read once now; what is resident beyond the file
+    // is the warm-up engine's buffers (freed) and the runtime.
+    std::printf("# %s: file %s, resident after load and warm-up %s\n", options.model.c_str(),
+                human_bytes(std::filesystem::file_size(options.model)).c_str(),
+                human_bytes(resident_bytes()).c_str());
     std::printf("%6s %16s %16s\n", "B", "prefill tok/s", "decode tok/s");
+  }
   for (std::uint32_t b : options.concurrency) {
     BenchResult r = run_one(model, options, b);
     if (options.json)

@@ -1,4 +1,5 @@
-// The `caflm` command: generate, tokenize, bench, make-test-model and worker.
+// The `caflm` command: generate, chat, tokenize, template, inspect, bench,
+// make-test-model and worker.
 #include <cstdio>
 #include <exception>
 
@@ -13,9 +14,12 @@ int main(int argc, char** argv) {
   app.fallthrough();
   caflm::apps::add_generate_command(app);
   caflm::apps::add_tokenize_command(app);
+  caflm::apps::add_template_command(app);
   caflm::apps::add_make_test_model_command(app);
   caflm::apps::add_bench_command(app);
   caflm::apps::add_worker_command(app);
+  caflm::apps::add_inspect_command(app);
+  caflm::apps::add_chat_command(app);
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "caflm/engine/log.hpp"
+#include "caflm/text/chat_template.hpp"
 
 namespace caflm::apps {
 
@@ -86,6 +87,14 @@ void add_log_level_option(CLI::App& app) {
          "What the operator log says on standard error: debug, info, warning (default), error "
          "or off")
       ->check(CLI::IsMember({"debug", "info", "warning", "error", "off"}));
+}
+
+void add_chat_template_option(CLI::App& cmd, std::string& name) {
+  std::string names;
+  for (const std::string& builtin : ChatTemplate::builtin_names())
+    names += (names.empty() ? "" : ", ") + builtin;
+  cmd.add_option("--chat-template", name,
+                 "Use this built-in chat template instead of the model's: " + names);
 }
 
 } // namespace caflm::apps

@@ -27,6 +27,10 @@ void check_port_free(const std::string& host, std::uint16_t port);
 /// error (debug, info, warning, error, off).
 void add_log_level_option(CLI::App& app);
 
+/// Adds `--chat-template NAME` to `cmd`: a built-in chat template to use
+/// instead of the model's; its help lists the names.
+void add_chat_template_option(CLI::App& cmd, std::string& name);
+
 /// Sets the log level unless `--log-level` chose one.
 void default_log_level(LogLevel level);
 

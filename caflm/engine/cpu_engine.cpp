@@ -27,21 +27,9 @@ std::uint64_t checked_product(std::uint64_t a, std::uint64_t b, const char* what
   return product;
 }
 
-std::string human_bytes(std::uint64_t bytes) {
-  if (bytes >= (std::uint64_t{1} << 40))
-    return fmt::format("{:.1f} TiB", double(bytes) / double(std::uint64_t{1} << 40));
-  if (bytes >= (std::uint64_t{1} << 30))
-    return fmt::format("{:.1f} GiB", double(bytes) / double(std::uint64_t{1} << 30));
-  if (bytes >= (std::uint64_t{1} << 20))
-    return fmt::format("{:.1f} MiB", double(bytes) / double(std::uint64_t{1} << 20));
-  return fmt::format("{:.1f} KiB", double(bytes) / 1024.0);
-}
-
 /// Bytes of one KV block: K and V of every layer for `block_size` tokens.
 std::uint64_t kv_block_bytes(const ModelConfig& m, std::uint32_t block_size) {
-  std::uint64_t bytes = checked_product(2ull * sizeof(float), m.n_layers, "a KV block");
-  bytes = checked_product(bytes, block_size, "a KV block");
-  return checked_product(bytes, m.kv_dim(), "a KV block");
+  return checked_product(kv_bytes_per_token(m), block_size, "a KV block");
 }
 
 /// Memory the operating system says is available now (MemAvailable), or 0
@@ -58,6 +46,11 @@ std::size_t available_memory_bytes() {
 }
 
 } // namespace
+
+std::uint64_t kv_bytes_per_token(const ModelConfig& m) {
+  const std::uint64_t bytes = checked_product(2ull * sizeof(float), m.n_layers, "a KV entry");
+  return checked_product(bytes, m.kv_dim(), "a KV entry");
+}
 
 EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& options) {
   const ModelConfig& m = model.config();

@@ -10,6 +10,7 @@
 namespace caflm {
 
 class Model;
+struct ModelConfig;
 
 /// What an operator sizes a CPU engine by.
 struct CpuEngineOptions {
@@ -23,6 +24,10 @@ struct CpuEngineOptions {
   std::uint32_t max_requests = 64;
   std::uint32_t max_running = 32;
 };
+
+/// Bytes the CPU KV cache takes per token: K and V of every layer, as floats.
+/// Throws std::invalid_argument when that overflows.
+std::uint64_t kv_bytes_per_token(const ModelConfig& config);
 
 /// Engine sizing for `model` on the CPU. Throws std::invalid_argument,
 /// saying what one block takes, when the KV budget holds not a single

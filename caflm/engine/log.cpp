@@ -65,4 +65,15 @@ void log(LogLevel level, std::string_view message) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
+std::string human_bytes(std::uint64_t bytes) {
+  constexpr std::uint64_t kib = 1024, mib = kib << 10, gib = mib << 10, tib = gib << 10;
+  if (bytes >= tib)
+    return fmt::format("{:.1f} TiB", double(bytes) / double(tib));
+  if (bytes >= gib)
+    return fmt::format("{:.1f} GiB", double(bytes) / double(gib));
+  if (bytes >= mib)
+    return fmt::format("{:.1f} MiB", double(bytes) / double(mib));
+  return fmt::format("{:.1f} KiB", double(bytes) / double(kib));
+}
+
 } // namespace caflm

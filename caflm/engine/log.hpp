@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -30,6 +31,9 @@ void set_log_sink(LogSink sink);
 
 bool log_enabled(LogLevel level);
 void log(LogLevel level, std::string_view message);
+
+/// `bytes` as an operator reads them: "812.0 KiB", "1.5 GiB".
+std::string human_bytes(std::uint64_t bytes);
 
 /// Formats (with fmt) only when `level` is enabled.
 template <class... Args>
