@@ -1,10 +1,12 @@
-// `caflm chat` as a user drives it: turns rendered with the chat template and
-// the history kept, Ctrl-C stopping an answer but not the chat, Ctrl-D leaving.
+// `caflm chat` and `caflm template` as a user drives them: turns rendered with
+// the chat template and the history kept, Ctrl-C stopping an answer but not
+// the chat, Ctrl-D leaving; a message file rendered, and bad ones refused.
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
+#include <fstream>
 #include <poll.h>
 #include <string>
 #include <sys/wait.h>
@@ -182,4 +184,40 @@ TEST_CASE("chat refuses an unknown template, naming the ones it has") {
   REQUIRE(make_small_model(model).exit_code == 0);
   check_clean_failure(run_caflm({"chat", "--model", model, "--chat-template", "no-such-format"}),
                       "chatml");
+}
+
+TEST_CASE("template prints a message file as the chosen template renders it") {
+  TempDir dir;
+  const std::string model = (dir / "chat.gguf").string();
+  REQUIRE(make_small_model(model).exit_code == 0);
+  const std::string messages = (dir / "messages.json").string();
+  std::ofstream(messages) << R"([{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": "Hi \"there\""},
+                                 {"role": "assistant", "content": "Hello."},
+                                 {"role": "user", "content": "Bye"}])";
+  const std::string turns = "<|im_start|>system\nBe brief.<|im_end|>\n"
+                            "<|im_start|>user\nHi \"there\"<|im_end|>\n"
+                            "<|im_start|>assistant\nHello.<|im_end|>\n"
+                            "<|im_start|>user\nBye<|im_end|>\n";
+  const Run open = run_caflm(
+      {"template", "--model", model, "--messages", messages, "--chat-template", "chatml"});
+  INFO(describe(open));
+  CHECK(open.exit_code == 0);
+  CHECK(open.out == turns + "<|im_start|>assistant\n");
+  const Run closed = run_caflm({"template", "--model", model, "--messages", "-", "--chat-template",
+                                "chatml", "--no-generation-prompt"},
+                               read_file(messages));
+  CHECK(closed.out == turns);
+
+  // A model without a template of its own, bad JSON, a message without a role.
+  check_clean_failure(run_caflm({"template", "--model", model, "--messages", messages}),
+                      "--chat-template");
+  std::ofstream(messages) << "[{\"role\": ";
+  check_clean_failure(run_caflm({"template", "--model", model, "--messages", messages,
+                                 "--chat-template", "chatml"}),
+                      "not JSON");
+  std::ofstream(messages) << R"([{"content": "no role"}])";
+  check_clean_failure(run_caflm({"template", "--model", model, "--messages", messages,
+                                 "--chat-template", "chatml"}),
+                      "role");
 }
