@@ -209,7 +209,7 @@ TEST_CASE("make-test-model refuses impossible models with a clear message") {
     args.insert(args.end(), {"--context", context});
     return run_caflm(args);
   };
-  check_clean_failure(make("q4_0", "4", "2", "64"), "q4_0");
+  check_clean_failure(make("iq2_xs", "4", "2", "64"), "iq2_xs");
   CHECK_FALSE(fs::exists(out));
   check_clean_failure(make("f32", "3", "1", "64"), "heads");
   CHECK_FALSE(fs::exists(out));

@@ -1,4 +1,5 @@
 #include "caflm/cpu/cpu_kernels.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
 #include "caflm/gguf/quantize.hpp"
 
 #include <catch2/catch.hpp>
@@ -28,7 +29,7 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng, float range = 2.0f
 
 // A Q8_0 block: f16 scale bits, then 32 quants.
 std::vector<uint8_t> q8_0_block(uint16_t d_bits, const std::vector<int8_t>& quants) {
-  std::vector<uint8_t> block(kQ8_0BlockBytes);
+  std::vector<uint8_t> block(sizeof(BlockQ8_0));
   std::memcpy(block.data(), &d_bits, 2);
   std::memcpy(block.data() + 2, quants.data(), 32);
   return block;
@@ -124,7 +125,7 @@ TEST_CASE("embedding_lookup copies each token's row for every type", "[cpu_kerne
           expected_rows[i] = static_cast<float>(static_cast<int>(i % 255) - 127) / 64.0f;
         }
         const std::vector<uint8_t> encoded = q8_0_block(f32_to_f16(1.0f / 64.0f), quants);
-        std::memcpy(bytes.data() + block * kQ8_0BlockBytes, encoded.data(), kQ8_0BlockBytes);
+        std::memcpy(bytes.data() + block * sizeof(BlockQ8_0), encoded.data(), sizeof(BlockQ8_0));
       }
     }
     const WeightView table{type, bytes.data(), kVocab, kDim};

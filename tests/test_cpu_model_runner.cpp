@@ -139,9 +139,31 @@ TEST_CASE("prefix-cache hits, forks with copy-on-write and preemption match the 
 }
 
 TEST_CASE("a sequence's logits are bitwise the same whatever shares its step") {
-  auto type = GENERATE(TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0);
-  INFO(to_string(type));
-  auto model = caflm::testing::random_model(small_spec("qwen2", type));
+  // Every architecture's own steps (qwen3's head norms, phi3's fused
+  // matrices and LongRoPE) and every kind of weight kernel: float, Q8_0,
+  // the legacy quants (Q5_0/Q8_0 are Q4_K_M's fallbacks at width 64) and a
+  // K-quant mixture at width 256.
+  auto [arch, type, mix] = GENERATE(table<std::string, TensorType, QuantMix>({
+      {"qwen2", TensorType::F32, QuantMix::Uniform},
+      {"qwen2", TensorType::F16, QuantMix::Uniform},
+      {"qwen2", TensorType::BF16, QuantMix::Uniform},
+      {"qwen2", TensorType::Q8_0, QuantMix::Uniform},
+      {"qwen3", TensorType::Q4_1, QuantMix::Uniform},
+      {"phi3", TensorType::Q4_K, QuantMix::Q4_K_M},
+      {"llama", TensorType::Q4_K, QuantMix::Q4_K_M},
+  }));
+  INFO(arch << " " << to_string(type) << " " << to_string(mix));
+  RandomModelSpec spec = small_spec(arch, type);
+  spec.mix = mix;
+  if (arch == "llama") {
+    spec.dim = 256;
+    spec.ffn_dim = 512;
+  }
+  if (arch == "phi3") {
+    spec.rope_scaling = RandomRopeScaling::LongRope;
+    spec.original_context_length = 64;
+  }
+  auto model = caflm::testing::random_model(spec);
   const std::uint32_t vocab = model->config().vocab_size;
   std::mt19937 rng(3);
   const auto subject = random_tokens(rng, 40, vocab);

@@ -1,5 +1,8 @@
 #include "caflm/cpu/cpu_kernels.hpp"
 
+#include "caflm/gguf/quant_blocks.hpp"
+#include "caflm/gguf/quantize.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -108,15 +111,15 @@ float sum_chunks(size_t n, Chunk chunk) {
 }
 
 void dequantize_q8_0(const uint8_t* __restrict__ row, size_t n, float* __restrict__ out) {
-  for (size_t block = 0; block < n / kQ8_0BlockSize; ++block) {
-    const uint8_t* bytes = row + block * kQ8_0BlockBytes;
+  for (size_t block = 0; block < n / kQK8_0; ++block) {
+    const uint8_t* bytes = row + block * sizeof(BlockQ8_0);
     uint16_t d_bits;
     std::memcpy(&d_bits, bytes, sizeof d_bits);
     const __m256 d = _mm256_set1_ps(f16_to_f32(d_bits));
-    for (size_t j = 0; j < kQ8_0BlockSize; j += 8) {
+    for (size_t j = 0; j < kQK8_0; j += 8) {
       const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + 2 + j));
       const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-      _mm256_storeu_ps(out + block * kQ8_0BlockSize + j, _mm256_mul_ps(d, q));
+      _mm256_storeu_ps(out + block * kQK8_0 + j, _mm256_mul_ps(d, q));
     }
   }
 }
@@ -144,9 +147,9 @@ void dequantize_bf16(const uint16_t* __restrict__ row, size_t n, float* __restri
   }
 }
 
-// dequantize_row (caflm/gguf/quantize.hpp) with AVX2 and F16C, for the
-// embedding lookup; the results are the same (each value is one exact
-// conversion or one product).
+// dequantize_row (caflm/gguf/quantize.hpp) with AVX2 and F16C for the float
+// types and Q8_0, for the embedding lookup; the results are the same (each
+// value is one exact conversion or one product).
 void dequantize_row_avx2(TensorType type, const void* __restrict__ row, size_t n,
                          float* __restrict__ out) {
   switch (type) {
@@ -160,14 +163,18 @@ void dequantize_row_avx2(TensorType type, const void* __restrict__ row, size_t n
     dequantize_bf16(static_cast<const uint16_t*>(row), n, out);
     return;
   case TensorType::Q8_0:
-    if (n % kQ8_0BlockSize != 0) {
+    if (n % kQK8_0 != 0) {
       throw std::invalid_argument("dequantize_row: q8_0 row length " + std::to_string(n) +
                                   " is not a multiple of 32");
     }
     dequantize_q8_0(static_cast<const uint8_t*>(row), n, out);
     return;
+  default:
+    // The other quantized types: one row per token, so the reference decoder
+    // of the gguf layer is fast enough.
+    dequantize_row(type, row, n, out);
+    return;
   }
-  throw std::invalid_argument("dequantize_row: invalid tensor type");
 }
 
 } // namespace
@@ -226,9 +233,12 @@ void rope(float* __restrict__ x, size_t m, size_t n_heads, const int32_t* __rest
     for (ptrdiff_t token = 0; token < rows; ++token) {
       float theta = static_cast<float>(positions[token]);
       for (size_t i = 0; i < half; ++i) {
-        const float angle = config.freq_factors ? theta / config.freq_factors[i] : theta;
-        cos_sin[2 * i] = std::cos(angle);
-        cos_sin[2 * i + 1] = std::sin(angle);
+        // ggml's rope_yarn without YaRN: divide by the pair's factor, scale
+        // by freq_scale, and multiply cos and sin by the attention factor.
+        const float extrapolated = config.freq_factors ? theta / config.freq_factors[i] : theta;
+        const float angle = config.freq_scale * extrapolated;
+        cos_sin[2 * i] = std::cos(angle) * config.attn_factor;
+        cos_sin[2 * i + 1] = std::sin(angle) * config.attn_factor;
         theta *= theta_scale;
       }
       for (size_t head = 0; head < n_heads; ++head) {

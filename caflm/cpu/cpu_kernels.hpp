@@ -34,12 +34,15 @@ struct RopeConfig {
   size_t head_dim;                     ///< d; must be even
   float freq_base;                     ///< rope.freq_base (theta), e.g. 10000
   const float* freq_factors = nullptr; ///< [d/2] divisors of each pair's angle (llama 3.1
-                                       ///< rope_freqs), or null
+                                       ///< rope_freqs, phi3 LongRoPE factors), or null
+  float freq_scale = 1.0f;             ///< multiplies every angle (1 / linear scaling factor)
+  float attn_factor = 1.0f;            ///< multiplies cos and sin (phi3 rope.scaling.attn_factor)
 };
 
 /// Rotates every head of `x` in place by its token's position, computing
 /// angles exactly as ggml does (theta_i = pos * base^(-2i/d) by repeated float
-/// multiplication, then cosf/sinf). Call it once for q and once for k.
+/// multiplication, divided by the pair's factor, times freq_scale, then
+/// cosf/sinf times attn_factor). Call it once for q and once for k.
 void rope(float* __restrict__ x /* [m, n_heads, head_dim] */, size_t m, size_t n_heads,
           const int32_t* __restrict__ positions /* [m] */, const RopeConfig& config);
 

@@ -8,13 +8,22 @@
 
 namespace caflm {
 
+namespace {
+
+const float* bias_or_null(const std::vector<float>& bias) {
+  return bias.empty() ? nullptr : bias.data();
+}
+
+} // namespace
+
 CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits limits)
   : model_(std::move(model))
   , config_(model_->config())
   , weights_(model_->weights())
   , limits_(limits)
-  , rope_{config_.rope_mode, config_.head_dim, config_.rope_base,
-          weights_.rope_freq_factors.empty() ? nullptr : weights_.rope_freq_factors.data()}
+  , rope_{config_.rope_mode,       config_.head_dim,
+          config_.rope_base,       weights_.rope_factors(config_, limits.max_context),
+          config_.rope_freq_scale, config_.rope_attn_factor}
   , kv_(config_.n_layers, limits.kv_blocks, limits.block_size, config_.n_kv_heads, config_.head_dim)
   , x_(std::size_t{limits.max_tokens} * config_.dim)
   , h_(x_.size())
@@ -82,22 +91,30 @@ CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, fl
     const LayerWeights& w = weights_.layers[layer];
     // Attention block: x += wo · attention(rope(q), rope(k), v).
     rms_norm(x_.data(), n_tokens, dim, w.attn_norm.data(), config_.rms_eps, h_.data());
-    linear(w.wq, h_.data(), n_tokens, q_.data(), w.bq.empty() ? nullptr : w.bq.data());
-    linear(w.wk, h_.data(), n_tokens, k_.data(), w.bk.empty() ? nullptr : w.bk.data());
-    linear(w.wv, h_.data(), n_tokens, v_.data(), w.bv.empty() ? nullptr : w.bv.data());
+    linear(w.wq, h_.data(), n_tokens, q_.data(), bias_or_null(w.bq));
+    linear(w.wk, h_.data(), n_tokens, k_.data(), bias_or_null(w.bk));
+    linear(w.wv, h_.data(), n_tokens, v_.data(), bias_or_null(w.bv));
+    if (config_.qk_norm) {
+      // qwen3: each head of q and k RMS-normalized on its own before RoPE.
+      const float eps = config_.rms_eps;
+      rms_norm(q_.data(), std::size_t{n_tokens} * config_.n_heads, config_.head_dim,
+               w.q_norm.data(), eps, q_.data());
+      rms_norm(k_.data(), std::size_t{n_tokens} * config_.n_kv_heads, config_.head_dim,
+               w.k_norm.data(), eps, k_.data());
+    }
     rope(q_.data(), n_tokens, config_.n_heads, positions_.data(), rope_);
     rope(k_.data(), n_tokens, config_.n_kv_heads, positions_.data(), rope_);
     store_kv(layer, batch);
     attention_layer(layer, batch, n_tokens);
-    linear(w.wo, attn_.data(), n_tokens, h_.data(), nullptr);
+    linear(w.wo, attn_.data(), n_tokens, h_.data(), bias_or_null(w.bo));
     for (std::size_t e = 0; e < std::size_t{n_tokens} * dim; ++e)
       x_[e] += h_[e];
     // Feed-forward block: x += w_down · (silu(w_gate · h) * (w_up · h)).
     rms_norm(x_.data(), n_tokens, dim, w.ffn_norm.data(), config_.rms_eps, h_.data());
-    linear(w.w_gate, h_.data(), n_tokens, gate_.data(), nullptr);
-    linear(w.w_up, h_.data(), n_tokens, up_.data(), nullptr);
+    linear(w.w_gate, h_.data(), n_tokens, gate_.data(), bias_or_null(w.b_gate));
+    linear(w.w_up, h_.data(), n_tokens, up_.data(), bias_or_null(w.b_up));
     silu_mul(gate_.data(), up_.data(), n_tokens, config_.ffn_dim, gate_.data());
-    linear(w.w_down, gate_.data(), n_tokens, h_.data(), nullptr);
+    linear(w.w_down, gate_.data(), n_tokens, h_.data(), bias_or_null(w.b_down));
     for (std::size_t e = 0; e < std::size_t{n_tokens} * dim; ++e)
       x_[e] += h_[e];
   }

@@ -25,7 +25,7 @@ struct RunnerLimits {
   std::uint32_t block_size = 16;
 };
 
-/// Runs a Llama/Qwen2 model on the CPU, one whole ragged step (prefill
+/// Runs a llama, qwen2, qwen3 or phi3 model on the CPU, one whole ragged step (prefill
 /// chunks and decodes of many sequences) per call, over the paged KV cache.
 ///
 /// Batch invariance: every kernel fixes each output row's reduction order
