@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "caflm/gguf/gguf.hpp"
+#include "caflm/kv/token_id.hpp"
 #include "caflm/gguf/quantize.hpp"
 #include "caflm/model/model.hpp"
 
