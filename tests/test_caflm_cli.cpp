@@ -156,6 +156,25 @@ TEST_CASE("generate --json on the tiny model gives llama.cpp's greedy tokens") {
   }
 }
 
+TEST_CASE("generate reads special tokens' texts in a prompt as those tokens") {
+  // As llama.cpp's CLI and server do: "</s>" in the prompt is EOS (id 2),
+  // not the five pieces of its text, and BOS comes first as the vocabulary
+  // says.
+  const auto out =
+      parse_json(run_caflm({"generate", "--model", kTinyModel, "--prompt", "Hello</s>world",
+                            "--max-tokens", "1", "--temperature", "0", "--json"}));
+  const caflm::Tokenizer tokenizer(std::make_shared<const caflm::Vocabulary>(
+      caflm::Vocabulary::from_gguf(caflm::GgufFile::open(kTinyModel))));
+  std::vector<caflm::TokenId> expected{1};
+  for (caflm::TokenId id : tokenizer.encode("Hello", false))
+    expected.push_back(id);
+  expected.push_back(2);
+  // SPM puts a space before each piece of text, the one after "</s>" too.
+  for (caflm::TokenId id : tokenizer.encode("world", false))
+    expected.push_back(id);
+  CHECK(out["prompt_tokens"] == expected);
+}
+
 TEST_CASE("make-test-model writes the same file for the same seed, and generate runs it") {
   TempDir dir;
   auto make = [&](const fs::path& out, const std::string& seed) {

@@ -311,8 +311,12 @@ tokenizer_behavior(tokenizer_actor::stateful_pointer<TokenizerState> self,
   self->state.tokenizer = std::move(tokenizer);
   return {
       [self](tokenize_atom, const std::string& text) {
-        const Tokenizer& tokenizer = *self->state.tokenizer;
-        return tokenizer.encode(text, tokenizer.vocabulary().add_bos());
+        // As llama.cpp's server and CLI tokenize prompts: BOS and EOS as the
+        // vocabulary says, and special tokens' texts (<|im_start|>, <s>)
+        // become those tokens, so a prompt rendered by a chat template
+        // means to the model what the template meant.
+        return self->state.tokenizer->tokenize(text, /*add_special=*/true,
+                                               /*parse_special=*/true);
       },
   };
 }
