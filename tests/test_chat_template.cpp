@@ -18,7 +18,10 @@
 
 #include "caflm/gguf/gguf.hpp"
 #include "caflm/gguf/gguf_writer.hpp"
+#include "caflm/text/chat_prompt.hpp"
 #include "caflm/text/chat_template.hpp"
+#include "caflm/text/tokenizer.hpp"
+#include "caflm/text/vocabulary.hpp"
 
 using caflm::ChatMessage;
 using caflm::ChatTemplate;
@@ -339,4 +342,25 @@ TEST_CASE("a GGUF file without a template gets the one its special tokens name")
   });
   CHECK(error.find("no tokenizer.chat_template") != std::string::npos);
   CHECK(error.find("--chat-template NAME") != std::string::npos);
+}
+
+TEST_CASE("a rendered prompt's BOS is not doubled and its special tokens are tokens") {
+  const caflm::Tokenizer tokenizer(
+      std::make_shared<const caflm::Vocabulary>(caflm::Vocabulary::from_gguf(caflm::GgufFile::open(
+          std::string(CAFLM_TESTDATA_DIR) + "/vocab/ggml-vocab-llama-spm.gguf"))));
+  const caflm::TokenId bos = *tokenizer.vocabulary().bos();
+  const caflm::TokenId eos = *tokenizer.vocabulary().eos();
+  REQUIRE(tokenizer.vocabulary().add_bos());
+  // What a llama2-style template renders: its own BOS, a turn, an EOS.
+  const std::vector<caflm::TokenId> with_bos =
+      caflm::encode_chat_prompt(tokenizer, "<s>[INST] Hi [/INST] Hello</s>");
+  REQUIRE(with_bos.size() > 3);
+  CHECK(with_bos[0] == bos);
+  CHECK(with_bos[1] != bos);
+  CHECK(with_bos.back() == eos);
+  CHECK(std::count(with_bos.begin(), with_bos.end(), bos) == 1);
+  // A template that writes no BOS gets the one the vocabulary asks for.
+  const std::vector<caflm::TokenId> without_bos =
+      caflm::encode_chat_prompt(tokenizer, "[INST] Hi [/INST] Hello</s>");
+  CHECK(without_bos == with_bos);
 }

@@ -10,10 +10,10 @@ namespace caflm {
 class Tokenizer;
 
 /// The token ids of a prompt rendered by a chat template. Special tokens in
-/// the text (<|im_start|>, [INST], ...) become those tokens. BOS is added
-/// when the vocabulary says so, and a BOS the template wrote itself (most
-/// hub templates start with `{{ bos_token }}`) is not doubled: llama.cpp
-/// drops the template's copy the same way.
+/// the text (<|im_start|>, [INST], ...) become those tokens. BOS (and EOS)
+/// are added as the vocabulary says, and a BOS the template wrote itself
+/// (many hub templates start with `{{ bos_token }}`) is not doubled:
+/// llama.cpp drops the template's copy the same way.
 std::vector<TokenId> encode_chat_prompt(const Tokenizer& tokenizer, std::string_view rendered);
 
 } // namespace caflm
