@@ -1,4 +1,5 @@
 // `caflm chat`: an interactive chat with a model in the terminal.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -80,6 +81,21 @@ std::optional<std::string> read_message() {
   return std::nullopt;
 }
 
+/// Leaves out the oldest exchange (a user message and the answers after it)
+/// of `history`, keeping the system prompt and the last message; false when
+/// there is none to leave out.
+bool drop_oldest_exchange(std::vector<ChatMessage>& history) {
+  auto first = std::find_if(history.begin(), history.end(),
+                            [](const ChatMessage& m) { return m.role != "system"; });
+  if (first == history.end() || first + 1 >= history.end())
+    return false;
+  // The exchange ends where the next user message starts.
+  auto next = std::find_if(first + 1, history.end() - 1,
+                           [](const ChatMessage& m) { return m.role == "user"; });
+  history.erase(first, next);
+  return true;
+}
+
 /// Streams one answer to stdout; Ctrl-C cancels it. Returns what was
 /// generated (the partial answer when cancelled).
 GenerationResult stream_answer(caf::actor_system& system, Cluster& cluster,
@@ -138,11 +154,19 @@ void run_chat(const ChatOptions& options, caf::actor_system& system) {
     if (message->empty())
       continue;
     history.push_back({"user", *message});
-    const std::string rendered = chat_template.render(history, /*add_generation_prompt=*/true);
-    if (options.show_prompt)
-      std::fprintf(stderr, "%s", rendered.c_str());
-    GenerationResult answer = stream_answer(
-        system, cluster, encode_chat_prompt(*tokenizer, rendered), options.params, turn);
+    GenerationResult answer;
+    for (;;) {
+      const std::string rendered = chat_template.render(history, /*add_generation_prompt=*/true);
+      if (options.show_prompt)
+        std::fprintf(stderr, "%s", rendered.c_str());
+      answer = stream_answer(system, cluster, encode_chat_prompt(*tokenizer, rendered),
+                             options.params, turn);
+      if (answer.ok || answer.error.code != InferenceErrorCode::context_length_exceeded ||
+          !drop_oldest_exchange(history))
+        break;
+      std::fprintf(stderr, "caflm: the conversation outgrew the context; its oldest exchange "
+                           "is left out\n");
+    }
     const bool stopped = !answer.ok && answer.error.code == InferenceErrorCode::cancelled;
     if (!answer.ok && !stopped) {
       // The question stays unanswered; the user may ask again.

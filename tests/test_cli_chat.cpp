@@ -160,6 +160,33 @@ TEST_CASE("chat renders each turn with the template and keeps the history") {
         "<|im_end|>\n<|im_start|>user\nsecond \nquestion<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST_CASE("a conversation that outgrows the context leaves out its oldest exchanges") {
+  TempDir dir;
+  const std::string model = (dir / "short.gguf").string();
+  REQUIRE(make_small_model(model, {"llama", "f32", "128", "1", {"--context", "128"}}).exit_code ==
+          0);
+  // Each message is about 40 tokens: the third turn no longer fits with
+  // the first two.
+  std::string input;
+  for (const char* topic : {"apples", "boats", "clouds", "dunes"})
+    input += std::string("tell me about ") + topic +
+             " and everything you know about them in great detail please\n";
+  const Run run =
+      run_caflm({"chat", "--model", model, "--chat-template", "chatml", "--system", "Be brief.",
+                 "--show-prompt", "--temperature", "0", "--max-tokens", "6", "--ignore-eos"},
+                input);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.err.find("oldest exchange is left out") != std::string::npos);
+  CHECK(run.err.find("context_length_exceeded") == std::string::npos);
+  // The last prompt sent keeps the system prompt and the last question, and
+  // has left out the first.
+  const std::string last = run.err.substr(run.err.rfind("<|im_start|>system"));
+  CHECK(last.find("Be brief.") != std::string::npos);
+  CHECK(last.find("dunes") != std::string::npos);
+  CHECK(last.find("apples") == std::string::npos);
+}
+
 TEST_CASE("Ctrl-C stops the answer, not the chat; Ctrl-D leaves") {
   TempDir dir;
   const std::string model = (dir / "long.gguf").string();
