@@ -15,16 +15,6 @@ namespace {
   throw TemplateError(message);
 }
 
-/// The argument at `index` or named `name`, or null.
-const Value* arg(const CallArgs& args, std::size_t index, const char* name) {
-  if (index < args.positional.size())
-    return &args.positional[index];
-  for (const auto& [key, value] : args.keyword)
-    if (key == name)
-      return &value;
-  return nullptr;
-}
-
 bool arg_bool(const CallArgs& args, std::size_t index, const char* name, bool fallback) {
   const Value* v = arg(args, index, name);
   return v && !v->is_undefined() ? v->truthy() : fallback;
@@ -162,6 +152,15 @@ std::size_t length_of(const Value& v) {
 }
 
 } // namespace
+
+const Value* arg(const CallArgs& args, std::size_t index, const char* name) {
+  if (index < args.positional.size())
+    return &args.positional[index];
+  for (const auto& [key, value] : args.keyword)
+    if (key == name)
+      return &value;
+  return nullptr;
+}
 
 Value::List iterate(const Value& v) {
   if (v.is_list())

@@ -7,6 +7,9 @@
 
 namespace caflm::jinja {
 
+/// The call's argument at position `index` or named `name`, or null.
+const Value* arg(const CallArgs& args, std::size_t index, const char* name);
+
 /// Applies the filter `name` (`subject | name(args)`), as Jinja2 with Hugging
 /// Face's `tojson` defines it. Throws TemplateError for an unknown filter or
 /// unusable arguments (the caller adds the position).

@@ -17,15 +17,6 @@ using Frame = std::unordered_map<std::string, Value>;
 /// Where control goes after a statement: on, or out of the loop iteration.
 enum class Flow { Normal, Break, Continue };
 
-const Value* arg_of(const CallArgs& args, std::size_t index, const char* name) {
-  if (index < args.positional.size())
-    return &args.positional[index];
-  for (const auto& [key, value] : args.keyword)
-    if (key == name)
-      return &value;
-  return nullptr;
-}
-
 Value global_range(CallArgs& args) {
   int64_t start = 0, stop = 0, step = 1;
   auto integer = [](const Value& v) {
@@ -65,7 +56,7 @@ Value keyword_dict(CallArgs& args, bool as_namespace) {
 }
 
 Value global_strftime_now(CallArgs& args) {
-  const Value* format = arg_of(args, 0, "format");
+  const Value* format = arg(args, 0, "format");
   if (!format || !format->is_string())
     throw TemplateError("strftime_now() needs a format string");
   std::time_t now = std::time(nullptr);
@@ -212,7 +203,7 @@ class Renderer {
     globals["dict"] =
         Value::function("dict", [](CallArgs& args) { return keyword_dict(args, false); });
     globals["raise_exception"] = Value::function("raise_exception", [](CallArgs& args) -> Value {
-      const Value* message = arg_of(args, 0, "message");
+      const Value* message = arg(args, 0, "message");
       throw RaisedException(message ? message->to_str() : "raise_exception() was called");
     });
     globals["strftime_now"] = Value::function("strftime_now", global_strftime_now);
@@ -394,7 +385,7 @@ class Renderer {
       Frame frame;
       for (std::size_t i = 0; i < macro->params.size(); ++i) {
         const std::string& param = macro->params[i];
-        if (const Value* given = arg_of(args, i, param.c_str()))
+        if (const Value* given = arg(args, i, param.c_str()))
           frame[param] = *given;
         else if (macro->defaults[i])
           frame[param] = eval(*macro->defaults[i]);
