@@ -18,6 +18,7 @@
 
 using namespace caflm;
 using caflm::testing::ModelHarness;
+using caflm::testing::random_tokens;
 using caflm::testing::ReferenceModel;
 using Catch::Matchers::Contains;
 
@@ -35,24 +36,13 @@ SchedulerConfig scheduler_config(std::uint32_t budget) {
   return c;
 }
 
+/// The harness's small shape in `type`, with the default context (the
+/// RoPE-scaling cases derive their original context from it).
 RandomModelSpec spec_of(const std::string& arch, TensorType type, std::uint64_t seed = 7) {
-  RandomModelSpec spec;
-  spec.architecture = arch;
-  spec.dim = 64;
-  spec.n_layers = 2;
-  spec.n_heads = 4;
-  spec.n_kv_heads = 2;
-  spec.ffn_dim = 96;
+  RandomModelSpec spec = caflm::testing::small_random_spec(arch, seed);
+  spec.context_length = RandomModelSpec{}.context_length;
   spec.type = type;
-  spec.seed = seed;
   return spec;
-}
-
-std::vector<TokenId> random_tokens(std::mt19937& rng, std::size_t n, std::uint32_t vocab) {
-  std::vector<TokenId> tokens(n);
-  for (auto& t : tokens)
-    t = std::uniform_int_distribution<TokenId>(0, vocab - 1)(rng);
-  return tokens;
 }
 
 std::size_t argmax(const std::vector<float>& row) {

@@ -11,21 +11,17 @@
 
 using namespace caflm;
 using caflm::testing::ModelHarness;
+using caflm::testing::random_tokens;
 using caflm::testing::ReferenceModel;
 
 namespace {
 
+/// The harness's small shape in `type`, with the default context.
 RandomModelSpec small_spec(const std::string& arch, TensorType type, bool tied = false) {
-  RandomModelSpec spec;
-  spec.architecture = arch;
-  spec.dim = 64;
-  spec.n_layers = 2;
-  spec.n_heads = 4;
-  spec.n_kv_heads = 2;
-  spec.ffn_dim = 96;
+  RandomModelSpec spec = caflm::testing::small_random_spec(arch, 7);
+  spec.context_length = RandomModelSpec{}.context_length;
   spec.type = type;
   spec.tied_embeddings = tied;
-  spec.seed = 7;
   return spec;
 }
 
@@ -37,13 +33,6 @@ SchedulerConfig config(std::uint32_t budget, std::uint32_t block_size = 4) {
   c.token_budget = budget;
   c.max_running = 16;
   return c;
-}
-
-std::vector<TokenId> random_tokens(std::mt19937& rng, std::size_t n, std::uint32_t vocab) {
-  std::vector<TokenId> tokens(n);
-  for (auto& t : tokens)
-    t = std::uniform_int_distribution<TokenId>(0, vocab - 1)(rng);
-  return tokens;
 }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

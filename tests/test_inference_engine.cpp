@@ -16,6 +16,7 @@
 #include "support/model_harness.hpp"
 
 using namespace caflm;
+using caflm::testing::random_tokens;
 
 namespace {
 
@@ -59,13 +60,6 @@ SamplingParams seeded(std::uint32_t max_tokens) {
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
   return p;
-}
-
-std::vector<TokenId> random_tokens(std::mt19937& rng, std::size_t n, std::uint32_t vocab) {
-  std::vector<TokenId> tokens(n);
-  for (auto& t : tokens)
-    t = std::uniform_int_distribution<TokenId>(0, vocab - 1)(rng);
-  return tokens;
 }
 
 GenerationRequest make_request(std::uint64_t id, std::vector<TokenId> prompt,

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <random>
 #include <unistd.h>
 #include <vector>
 
@@ -49,6 +50,14 @@ inline RandomModelSpec small_random_spec(const std::string& architecture, std::u
   spec.context_length = 256;
   spec.seed = seed;
   return spec;
+}
+
+/// `n` token ids drawn uniformly below `vocab`.
+inline std::vector<TokenId> random_tokens(std::mt19937& rng, std::size_t n, std::uint32_t vocab) {
+  std::vector<TokenId> tokens(n);
+  for (auto& t : tokens)
+    t = std::uniform_int_distribution<TokenId>(0, vocab - 1)(rng);
+  return tokens;
 }
 
 class ModelHarness {
