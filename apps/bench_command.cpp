@@ -52,9 +52,9 @@ BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOption
   sizing.max_context = options.prompt_tokens + options.gen_tokens + 1; // checked in run_bench
   sizing.max_requests = sizing.max_running = std::max(concurrency, 1u);
   // KV blocks for every sequence at full length, and one spare.
-  const std::uint64_t pages = (std::uint64_t{sizing.max_context} + 15) / 16;
-  const std::uint64_t blocks = std::uint64_t{concurrency} * pages + 1;
-  sizing.kv_cache_bytes = blocks * 16 * kv_bytes_per_token(model->config());
+  const std::uint64_t blocks =
+      std::uint64_t{concurrency} * cpu_kv_blocks_for(sizing.max_context) + 1;
+  sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config());
   EngineConfig config = cpu_engine_config(*model, sizing);
   config.prefix_caching = false;
   auto engine = make_cpu_engine(model, config);

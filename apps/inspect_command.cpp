@@ -116,9 +116,8 @@ MemoryEstimate estimate_memory(const Model& model, std::uint64_t weight_bytes,
   estimate.context = options.context == 0 ? m.context_length : options.context;
   CpuEngineOptions engine;
   engine.max_context = estimate.context;
-  // Whole blocks of 16 tokens, as the pool allocates them.
-  const std::uint64_t blocks = (std::uint64_t{estimate.context} + 15) / 16;
-  engine.kv_cache_bytes = blocks * 16 * kv_bytes_per_token(m);
+  // Whole blocks, as the pool allocates them.
+  engine.kv_cache_bytes = cpu_kv_blocks_for(estimate.context) * cpu_kv_block_bytes(m);
   const EngineConfig config = cpu_engine_config(model, engine);
   estimate.weight_bytes = weight_bytes;
   estimate.kv_bytes_per_replica = engine.kv_cache_bytes;

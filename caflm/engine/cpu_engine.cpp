@@ -27,11 +27,6 @@ std::uint64_t checked_product(std::uint64_t a, std::uint64_t b, const char* what
   return product;
 }
 
-/// Bytes of one KV block: K and V of every layer for `block_size` tokens.
-std::uint64_t kv_block_bytes(const ModelConfig& m, std::uint32_t block_size) {
-  return checked_product(kv_bytes_per_token(m), block_size, "a KV block");
-}
-
 /// Memory the operating system says is available now (MemAvailable), or 0
 /// when it cannot tell.
 std::size_t available_memory_bytes() {
@@ -47,9 +42,14 @@ std::size_t available_memory_bytes() {
 
 } // namespace
 
-std::uint64_t kv_bytes_per_token(const ModelConfig& m) {
-  const std::uint64_t bytes = checked_product(2ull * sizeof(float), m.n_layers, "a KV entry");
-  return checked_product(bytes, m.kv_dim(), "a KV entry");
+std::uint64_t cpu_kv_block_bytes(const ModelConfig& m) {
+  std::uint64_t bytes = checked_product(2ull * sizeof(float), m.n_layers, "a KV block");
+  bytes = checked_product(bytes, kCpuKvBlockSize, "a KV block");
+  return checked_product(bytes, m.kv_dim(), "a KV block");
+}
+
+std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens) {
+  return (tokens + kCpuKvBlockSize - 1) / kCpuKvBlockSize;
 }
 
 EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& options) {
@@ -58,9 +58,9 @@ EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& optio
   SchedulerConfig& s = config.scheduler;
   s.max_requests = std::max<std::uint32_t>(options.max_requests, 1);
   s.max_running = std::clamp<std::uint32_t>(options.max_running, 1, s.max_requests);
-  s.block_size = 16;
+  s.block_size = kCpuKvBlockSize;
   s.token_budget = 512;
-  const std::uint64_t block_bytes = kv_block_bytes(m, s.block_size);
+  const std::uint64_t block_bytes = cpu_kv_block_bytes(m);
   const std::uint64_t blocks = options.kv_cache_bytes / block_bytes;
   if (blocks == 0)
     throw std::invalid_argument(fmt::format(
@@ -87,8 +87,7 @@ std::size_t cpu_engine_bytes(const Model& model, const EngineConfig& config) {
   const ModelConfig& m = model.config();
   const SchedulerConfig& s = config.scheduler;
   const std::uint64_t f = sizeof(float);
-  const std::uint64_t kv =
-      checked_product(config.kv_blocks, kv_block_bytes(m, s.block_size), "the KV cache");
+  const std::uint64_t kv = checked_product(config.kv_blocks, cpu_kv_block_bytes(m), "the KV cache");
   const std::uint64_t pool_tokens = std::uint64_t{config.kv_blocks} * s.block_size;
   // Tokens of every slot, and the prefix cache's copy of every cached block.
   const std::uint64_t table =

@@ -25,9 +25,16 @@ struct CpuEngineOptions {
   std::uint32_t max_running = 32;
 };
 
-/// Bytes the CPU KV cache takes per token: K and V of every layer, as floats.
-/// Throws std::invalid_argument when that overflows.
-std::uint64_t kv_bytes_per_token(const ModelConfig& config);
+/// Tokens per KV block of a CPU engine.
+inline constexpr std::uint32_t kCpuKvBlockSize = 16;
+
+/// Bytes of one KV block of a CPU engine: K and V of every layer, as floats,
+/// for kCpuKvBlockSize tokens. Throws std::invalid_argument when that
+/// overflows.
+std::uint64_t cpu_kv_block_bytes(const ModelConfig& config);
+
+/// The KV blocks `tokens` of one sequence take (whole blocks).
+std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens);
 
 /// Engine sizing for `model` on the CPU. Throws std::invalid_argument,
 /// saying what one block takes, when the KV budget holds not a single
