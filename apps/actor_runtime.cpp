@@ -1,5 +1,9 @@
 #include "apps/actor_runtime.hpp"
 
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
 #include <caf/atom.hpp>
 
 #include "caflm/messages/type_registry.hpp"
@@ -11,6 +15,22 @@ caf::actor_system_config& configure(caf::actor_system_config& config) {
   config.set("logger.file-verbosity", caf::atom("quiet"));
   config.set("logger.console-verbosity", caf::atom("quiet"));
   return config;
+}
+
+void run_in_actor_system(const std::function<void(caf::actor_system&)>& command) {
+  int status = 0;
+  try {
+    // Never destroyed, for the reason above.
+    auto* config = new caf::actor_system_config;
+    auto* system = new caf::actor_system{configure(*config)};
+    command(*system);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "caflm: %s\n", e.what());
+    status = 1;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(status);
 }
 
 } // namespace caflm::apps

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <functional>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
@@ -8,5 +10,13 @@ namespace caflm::apps {
 /// The actor system config every caflm process uses: message types
 /// registered, middleman loaded, no log files.
 caf::actor_system_config& configure(caf::actor_system_config& config);
+
+/// Runs `command` in a new actor system, then ends the process, output
+/// flushed: with status 0, or 1 after printing "caflm: WHAT" for an
+/// exception. The system's destructor never runs: in CAF 0.17 it waits for a
+/// connection attempt to a worker that never answers its handshake (a
+/// stopped process, a filtered port) for as long as that lasts, and can wait
+/// forever for actors a remote node talked to.
+[[noreturn]] void run_in_actor_system(const std::function<void(caf::actor_system&)>& command);
 
 } // namespace caflm::apps

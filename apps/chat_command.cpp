@@ -201,32 +201,9 @@ void add_chat_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-context", options->max_context, "Longest conversation (0: the model's)")
       ->capture_default_str();
-  cmd->add_option("--max-tokens", p.max_tokens, "Tokens per answer at most")
-      ->check(at_least_one())
-      ->capture_default_str();
-  cmd->add_option("--temperature", p.temperature, "0 for greedy")->capture_default_str();
-  cmd->add_option("--top-k", p.top_k, "Keep the k most likely tokens (0: all)");
-  cmd->add_option("--top-p", p.top_p, "Nucleus sampling threshold");
-  cmd->add_option("--min-p", p.min_p, "Drop tokens below min-p times the best probability");
-  cmd->add_option("--repeat-penalty", p.repetition_penalty, "Repetition penalty (1: off)");
-  cmd->add_option_function<std::uint64_t>(
-      "--seed", [options](std::uint64_t seed) { options->params.seed = seed; },
-      "Sampling seed (default: a random one)");
-  cmd->add_flag("--ignore-eos", p.ignore_eos, "Never stop at end-of-sequence");
+  add_sampling_options(*cmd, p, "Tokens per answer at most");
   cmd->callback([options] {
-    // As in `generate`: end without the actor system's destructor (CAF 0.17).
-    int status = 0;
-    try {
-      auto* config = new caf::actor_system_config;
-      auto* system = new caf::actor_system{configure(*config)};
-      run_chat(*options, *system);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "caflm: %s\n", e.what());
-      status = 1;
-    }
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(status);
+    run_in_actor_system([&](caf::actor_system& system) { run_chat(*options, system); });
   });
 }
 

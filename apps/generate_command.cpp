@@ -273,42 +273,11 @@ void add_generate_command(CLI::App& app) {
                   "Seconds a request may take in all, waiting included (0: no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--max-tokens", p.max_tokens, "Tokens to generate at most")
-      ->check(at_least_one())
-      ->capture_default_str();
-  cmd->add_option("--temperature", p.temperature, "0 for greedy")->capture_default_str();
-  cmd->add_option("--top-k", p.top_k, "Keep the k most likely tokens (0: all)");
-  cmd->add_option("--top-p", p.top_p, "Nucleus sampling threshold");
-  cmd->add_option("--min-p", p.min_p, "Drop tokens below min-p times the best probability");
-  cmd->add_option("--repeat-penalty", p.repetition_penalty, "Repetition penalty (1: off)");
-  cmd->add_option("--presence-penalty", p.presence_penalty, "Presence penalty");
-  cmd->add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty");
-  cmd->add_option_function<std::uint64_t>(
-      "--seed", [options](std::uint64_t seed) { options->params.seed = seed; },
-      "Sampling seed (default: a random one)");
-  cmd->add_option("--stop", p.stop, "Stop string (repeatable); it is not printed");
-  cmd->add_flag("--ignore-eos", p.ignore_eos, "Never stop at end-of-sequence");
+  add_sampling_options(*cmd, p, "Tokens to generate at most");
   cmd->add_option("--top-logprobs", p.top_logprobs, "Report the k most likely tokens per step");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of streaming text");
   cmd->callback([options] {
-    // The process ends here, output flushed, without running the actor
-    // system's destructor: in CAF 0.17 it waits for a connection attempt to
-    // a worker that never answers its handshake (a stopped process, a
-    // filtered port) for as long as that lasts, and can wait forever for
-    // actors a remote node talked to (as in `caflm worker`).
-    int status = 0;
-    try {
-      // Never destroyed, for the reason above.
-      auto* config = new caf::actor_system_config;
-      auto* system = new caf::actor_system{configure(*config)};
-      run_generate(*options, *system);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "caflm: %s\n", e.what());
-      status = 1;
-    }
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(status);
+    run_in_actor_system([&](caf::actor_system& system) { run_generate(*options, system); });
   });
 }
 

@@ -97,4 +97,22 @@ void add_chat_template_option(CLI::App& cmd, std::string& name) {
                  "Use this built-in chat template instead of the model's: " + names);
 }
 
+void add_sampling_options(CLI::App& cmd, SamplingParams& p, const std::string& max_tokens_help) {
+  cmd.add_option("--max-tokens", p.max_tokens, max_tokens_help)
+      ->check(at_least_one())
+      ->capture_default_str();
+  cmd.add_option("--temperature", p.temperature, "0 for greedy")->capture_default_str();
+  cmd.add_option("--top-k", p.top_k, "Keep the k most likely tokens (0: all)");
+  cmd.add_option("--top-p", p.top_p, "Nucleus sampling threshold");
+  cmd.add_option("--min-p", p.min_p, "Drop tokens below min-p times the best probability");
+  cmd.add_option("--repeat-penalty", p.repetition_penalty, "Repetition penalty (1: off)");
+  cmd.add_option("--presence-penalty", p.presence_penalty, "Presence penalty");
+  cmd.add_option("--frequency-penalty", p.frequency_penalty, "Frequency penalty");
+  cmd.add_option_function<std::uint64_t>(
+      "--seed", [&p](std::uint64_t seed) { p.seed = seed; },
+      "Sampling seed (default: a random one)");
+  cmd.add_option("--stop", p.stop, "Stop string (repeatable); it is not printed");
+  cmd.add_flag("--ignore-eos", p.ignore_eos, "Never stop at end-of-sequence");
+}
+
 } // namespace caflm::apps

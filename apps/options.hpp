@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "caflm/engine/log.hpp"
+#include "caflm/sampling/sampling_params.hpp"
 
 // Checks of command-line values shared by the caflm subcommands.
 
@@ -30,6 +31,12 @@ void add_log_level_option(CLI::App& app);
 /// Adds `--chat-template NAME` to `cmd`: a built-in chat template to use
 /// instead of the model's; its help lists the names.
 void add_chat_template_option(CLI::App& cmd, std::string& name);
+
+/// Adds the sampling options (--max-tokens described as `max_tokens_help`,
+/// --temperature, --top-k, --top-p, --min-p, the penalties, --seed, --stop,
+/// --ignore-eos) to `cmd`, filling `params`, which must outlive the parse.
+void add_sampling_options(CLI::App& cmd, SamplingParams& params,
+                          const std::string& max_tokens_help);
 
 /// Sets the log level unless `--log-level` chose one.
 void default_log_level(LogLevel level);
