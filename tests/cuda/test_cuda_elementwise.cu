@@ -7,6 +7,7 @@
 #include "caflm/cuda/cuda_device.hpp"
 #include "caflm/cuda/elementwise_kernels.cuh"
 #include "caflm/gguf/quantize.hpp"
+#include "tests/cuda/gpu_test.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -61,20 +62,6 @@ std::vector<float> random_floats(std::size_t n, float low, float high, std::uint
   }
   return values;
 }
-
-/// The reason to skip a GPU test case, or "" when a device is usable.
-std::string gpu_skip_reason() {
-  return cuda_unavailable_reason();
-}
-
-#define CAFLM_REQUIRE_GPU()                                                                        \
-  do {                                                                                             \
-    const std::string reason = gpu_skip_reason();                                                  \
-    if (!reason.empty()) {                                                                         \
-      WARN("skipped: " << reason);                                                                 \
-      return;                                                                                      \
-    }                                                                                              \
-  } while (false)
 
 /// Checks |actual - expected| <= relative * |expected| + absolute elementwise,
 /// reporting the first element out of tolerance.

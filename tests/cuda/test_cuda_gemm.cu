@@ -14,31 +14,12 @@
 #include <vector>
 
 #include "caflm/gguf/quantize.hpp"
+#include "tests/cuda/gpu_test.hpp"
 
 using namespace caflm;
 using namespace caflm::cuda;
 
 namespace {
-
-/// Why the GPU tests cannot run here, or empty when a device is present.
-std::string missing_device() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess)
-    return std::string("no CUDA device: ") + cudaGetErrorString(status);
-  if (count == 0)
-    return "no CUDA device present";
-  return {};
-}
-
-#define GPU_TEST_OR_SKIP()                                                                         \
-  do {                                                                                             \
-    const std::string why = missing_device();                                                      \
-    if (!why.empty()) {                                                                            \
-      WARN("skipped: " << why);                                                                    \
-      return;                                                                                      \
-    }                                                                                              \
-  } while (false)
 
 void require_cuda(cudaError_t status, const char* what) {
   INFO(what << ": " << cudaGetErrorString(status));
@@ -346,7 +327,7 @@ TEST_CASE("the kernel's arithmetic, emulated on the host, matches the reference"
 }
 
 TEST_CASE("the GPU GEMM matches a double-precision reference for every weight type") {
-  GPU_TEST_OR_SKIP();
+  CAFLM_REQUIRE_GPU();
   std::uint32_t seed = 100;
   for (TensorType type : kWeightTypes) {
     for (std::size_t k : {256, 576, 4096}) {
@@ -360,7 +341,7 @@ TEST_CASE("the GPU GEMM matches a double-precision reference for every weight ty
 }
 
 TEST_CASE("the GPU GEMM adds the bias") {
-  GPU_TEST_OR_SKIP();
+  CAFLM_REQUIRE_GPU();
   std::uint32_t seed = 500;
   for (TensorType type : {TensorType::F32, TensorType::BF16, TensorType::Q4_1, TensorType::Q6_K})
     for (std::size_t m : {1, 9, 33})
@@ -382,7 +363,7 @@ TEST_CASE("the GPU GEMM adds the bias") {
 }
 
 TEST_CASE("the GPU GEMM honours row strides and writes nothing else") {
-  GPU_TEST_OR_SKIP();
+  CAFLM_REQUIRE_GPU();
   const std::size_t n = 19, k = 256, m = 6, x_stride = k + 12, y_stride = n + 5;
   const RandomWeights w = random_weights(TensorType::Q5_0, n, k, 21);
   std::vector<float> x_packed = random_floats(m * k, 22);
@@ -413,7 +394,7 @@ TEST_CASE("the GPU GEMM honours row strides and writes nothing else") {
 }
 
 TEST_CASE("a row's GPU GEMM result is bitwise the same whatever batch it is in") {
-  GPU_TEST_OR_SKIP();
+  CAFLM_REQUIRE_GPU();
   // Row r alone (m = 1, the decode tile) against the same row inside batches
   // of every tile size, at the start, middle and end, among other random
   // rows: the bytes must be equal, not merely close.

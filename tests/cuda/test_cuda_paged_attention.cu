@@ -7,6 +7,7 @@
 #include "caflm/cuda/cuda_device.hpp"
 #include "caflm/cuda/paged_attention.cuh"
 #include "caflm/kv/kv_storage.hpp"
+#include "tests/cuda/gpu_test.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -27,11 +28,6 @@ using caflm::TokenId;
 using caflm::cuda::PagedKvGeometry;
 
 namespace {
-
-/// Why GPU tests cannot run here, or "" when they can.
-std::string gpu_unavailable() {
-  return caflm::cuda::cuda_unavailable_reason();
-}
 
 /// A device allocation of `count` T, freed on destruction.
 template <typename T>
@@ -342,11 +338,7 @@ void check_against_reference(const Problem& p) {
 } // namespace
 
 TEST_CASE("paged attention over a ragged step matches a double-precision reference") {
-  const std::string reason = gpu_unavailable();
-  if (!reason.empty()) {
-    WARN("skipped: " << reason);
-    return;
-  }
+  CAFLM_REQUIRE_GPU();
   // Prefill from 0, chunks at nonzero starts crossing and starting on block
   // boundaries, and decodes; block size 16.
   const std::vector<SequenceSpec> sequences{{0, 13},  {37, 20}, {100, 1},
@@ -366,22 +358,14 @@ TEST_CASE("paged attention over a ragged step matches a double-precision referen
 }
 
 TEST_CASE("paged attention handles odd block sizes and a head_dim of 2") {
-  const std::string reason = gpu_unavailable();
-  if (!reason.empty()) {
-    WARN("skipped: " << reason);
-    return;
-  }
+  CAFLM_REQUIRE_GPU();
   const std::vector<SequenceSpec> sequences{{0, 7}, {11, 5}, {29, 1}};
   check_against_reference(make_problem(make_geometry(2, 40, 5, 1, 2), 3, 0, sequences, 77));
   check_against_reference(make_problem(make_geometry(2, 40, 3, 2, 96), 8, 1, sequences, 78));
 }
 
 TEST_CASE("paged attention over contexts longer than one score tile") {
-  const std::string reason = gpu_unavailable();
-  if (!reason.empty()) {
-    WARN("skipped: " << reason);
-    return;
-  }
+  CAFLM_REQUIRE_GPU();
   static_assert(caflm::cuda::kAttentionScoreTile == 4096, "the positions below straddle it");
   // Contexts 4095..4098 straddle the first tile's end; 5001..5003 and 9001
   // take the online rescaling across two and three tiles.
@@ -391,11 +375,7 @@ TEST_CASE("paged attention over contexts longer than one score tile") {
 }
 
 TEST_CASE("a sequence's attention is bitwise the same alone and inside a larger step") {
-  const std::string reason = gpu_unavailable();
-  if (!reason.empty()) {
-    WARN("skipped: " << reason);
-    return;
-  }
+  CAFLM_REQUIRE_GPU();
   for (const std::uint32_t head_dim : {96u, 128u}) {
     INFO("head_dim " << head_dim);
     const PagedKvGeometry g = make_geometry(2, 96, 16, 2, head_dim);
@@ -467,11 +447,7 @@ TEST_CASE("a sequence's attention is bitwise the same alone and inside a larger 
 }
 
 TEST_CASE("block copies on the device match KvStorage::copy_block in order") {
-  const std::string reason = gpu_unavailable();
-  if (!reason.empty()) {
-    WARN("skipped: " << reason);
-    return;
-  }
+  CAFLM_REQUIRE_GPU();
   const PagedKvGeometry g = make_geometry(3, 12, 8, 2, 64);
   caflm::KvStorage storage(g.n_layers, g.n_blocks, g.block_size, g.n_kv_heads, g.head_dim);
   std::mt19937 rng(5);
