@@ -19,7 +19,6 @@
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
 #include "caflm/actors/cluster.hpp"
-#include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
 #include "caflm/text/chat_prompt.hpp"
 #include "caflm/text/chat_template.hpp"
@@ -132,7 +131,6 @@ void run_chat(const ChatOptions& options, caf::actor_system& system) {
   if (auto problem = validate(options.params))
     throw std::invalid_argument(*problem);
   std::shared_ptr<const Model> model = Model::load(options.model);
-  std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(*model);
   const ChatTemplate chat_template =
       options.chat_template.empty() ? ChatTemplate::from_gguf(model->file())
                                     : ChatTemplate::builtin(options.chat_template, model->file());
@@ -140,6 +138,7 @@ void run_chat(const ChatOptions& options, caf::actor_system& system) {
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
   cluster_options.max_context = options.max_context;
   Cluster cluster{system, model, cluster_options};
+  const Tokenizer& tokenizer = *cluster.tokenizer();
 
   std::vector<ChatMessage> history;
   if (!options.system.empty())
@@ -159,7 +158,7 @@ void run_chat(const ChatOptions& options, caf::actor_system& system) {
       const std::string rendered = chat_template.render(history, /*add_generation_prompt=*/true);
       if (options.show_prompt)
         std::fprintf(stderr, "%s", rendered.c_str());
-      answer = stream_answer(system, cluster, encode_chat_prompt(*tokenizer, rendered),
+      answer = stream_answer(system, cluster, encode_chat_prompt(tokenizer, rendered),
                              options.params, turn);
       if (answer.ok || answer.error.code != InferenceErrorCode::context_length_exceeded ||
           !drop_oldest_exchange(history))

@@ -127,25 +127,34 @@ MemoryEstimate estimate_memory(const Model& model, std::uint64_t weight_bytes,
 }
 
 void run_inspect(const InspectOptions& options) {
-  const GgufFile file = GgufFile::open(options.file);
+  // The file is read once: as a model when caflm can run it; otherwise (a
+  // vocabulary-only file, an architecture caflm does not run) it is listed
+  // all the same, and the memory estimate says why there is none.
+  std::shared_ptr<const Model> model;
+  std::optional<GgufFile> unrunnable;
+  std::string no_estimate;
+  try {
+    model = Model::load(options.file);
+  } catch (const std::exception& e) {
+    no_estimate = e.what();
+    unrunnable.emplace(GgufFile::open(options.file));
+  }
+  const GgufFile& file = model ? model->file() : *unrunnable;
   std::uint64_t parameters = 0;
   std::uint64_t weight_bytes = 0;
   for (const GgufTensorInfo& tensor : file.tensors()) {
     parameters += tensor.n_elements;
     weight_bytes += tensor.n_bytes;
   }
-  // A vocabulary-only file, or an architecture caflm does not run, still
-  // lists; the memory estimate then says why there is none.
+  if (file.tensors().empty())
+    no_estimate = "the file holds no tensors";
   std::optional<MemoryEstimate> memory;
-  std::string no_estimate;
-  if (!file.tensors().empty()) {
+  if (model) {
     try {
-      memory = estimate_memory(*Model::load(options.file), weight_bytes, options);
+      memory = estimate_memory(*model, weight_bytes, options);
     } catch (const std::exception& e) {
       no_estimate = e.what();
     }
-  } else {
-    no_estimate = "the file holds no tensors";
   }
 
   if (options.json) {

@@ -117,7 +117,7 @@ void Cluster::start(std::shared_ptr<const Model> model) {
   if (options_.replicas > 0) {
     if (!model)
       throw std::invalid_argument("local replicas need a model");
-    std::shared_ptr<const Tokenizer> tokenizer = load_tokenizer(*model);
+    tokenizer_ = load_tokenizer(*model);
     CpuEngineOptions engine_options;
     engine_options.kv_cache_bytes = options_.kv_cache_bytes;
     engine_options.max_context = options_.max_context;
@@ -127,7 +127,7 @@ void Cluster::start(std::shared_ptr<const Model> model) {
         double(cpu_engine_bytes(*model, config)) * options_.replicas,
         fmt::format("the KV caches and buffers of {} replica(s)", options_.replicas));
     for (std::uint32_t i = 0; i < options_.replicas; ++i)
-      local.push_back(make_cpu_engine(model, tokenizer, config));
+      local.push_back(make_cpu_engine(model, tokenizer_, config));
   }
   coordinator_ = spawn_coordinator(system_, options_.coordinator);
   for (auto& engine : local) {

@@ -21,6 +21,7 @@
 namespace caflm {
 
 class Model;
+class Tokenizer;
 
 /// Where a cluster's engines come from.
 struct ClusterOptions {
@@ -88,6 +89,9 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
 
   dp_coordinator_actor coordinator() const { return coordinator_; }
+  /// The local replicas' tokenizer (to tokenize prompts as they do), or null
+  /// without local replicas.
+  const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
   const std::vector<engine_core_actor>& engines() const { return engines_; }
 
   /// Streams `request` to `sink`; send the returned actor `cancel_atom` to
@@ -119,6 +123,7 @@ class Cluster {
   dp_coordinator_actor coordinator_;
   std::vector<engine_core_actor> engines_;
   std::vector<remote_engine_actor> remotes_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
 };
 
 /// Splits "host:port"; throws std::invalid_argument for anything else.
