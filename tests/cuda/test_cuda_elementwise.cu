@@ -21,37 +21,9 @@
 using namespace caflm;
 using namespace caflm::cuda;
 
+using caflm::testing::DeviceArray;
+
 namespace {
-
-/// A device array freed on scope exit.
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t count)
-    : count_(count) {
-    CAFLM_CUDA_CHECK(cudaMalloc(&data_, count == 0 ? 1 : count * sizeof(T)));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host)
-    : DeviceBuffer(host.size()) {
-    CAFLM_CUDA_CHECK(
-        cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data_); }
-  T* get() const { return data_; }
-  /// Waits for the device and copies the array back.
-  std::vector<T> download() const {
-    CAFLM_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<T> host(count_);
-    CAFLM_CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t count_;
-};
 
 std::vector<float> random_floats(std::size_t n, float low, float high, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -145,7 +117,7 @@ TEST_CASE("rms_norm on the GPU matches the CPU kernel and is batch invariant") {
     std::vector<float> expected(m * d);
     rms_norm(x.data(), m, d, weight.data(), eps, expected.data());
 
-    DeviceBuffer<float> dx(x), dweight(weight), dout(m * d);
+    DeviceArray<float> dx(x), dweight(weight), dout(m * d);
     launch_rms_norm(dx.get(), m, d, dweight.get(), eps, dout.get(), nullptr);
     const auto actual = dout.download();
     // Both sum the same positive squares in different orders (CPU: 8 lanes of
@@ -161,8 +133,8 @@ TEST_CASE("rms_norm on the GPU matches the CPU kernel and is batch invariant") {
     check_identical(dx.download(), actual);
 
     // Batch invariance: row 3 alone gives the bits it got among 7 rows.
-    DeviceBuffer<float> one(std::vector<float>(x.begin() + 3 * d, x.begin() + 4 * d));
-    DeviceBuffer<float> one_out(d);
+    DeviceArray<float> one(std::vector<float>(x.begin() + 3 * d, x.begin() + 4 * d));
+    DeviceArray<float> one_out(d);
     launch_rms_norm(one.get(), 1, d, dweight.get(), eps, one_out.get(), nullptr);
     check_identical(one_out.download(),
                     std::vector<float>(actual.begin() + 3 * d, actual.begin() + 4 * d));
@@ -179,7 +151,7 @@ TEST_CASE("per-head rms_norm normalizes each head with the shared weight") {
   std::vector<float> expected(x.size());
   rms_norm(x.data(), m * n_heads, head_dim, weight.data(), eps, expected.data());
 
-  DeviceBuffer<float> dx(x), dweight(weight);
+  DeviceArray<float> dx(x), dweight(weight);
   launch_head_rms_norm(dx.get(), m, n_heads, head_dim, dweight.get(), eps, dx.get(), nullptr);
   // As rms_norm above with d = 128: a few ulp of reordering; 2e-5 is ample.
   check_close(dx.download(), expected, 2e-5f, 1e-6f);
@@ -202,7 +174,7 @@ TEST_CASE("rope on the GPU matches the CPU kernel in both modes") {
         gpu_config.mode = mode;
         gpu_config.head_dim = head_dim;
         gpu_config.freq_base = 500000.0f;
-        DeviceBuffer<float> dfactors(factors);
+        DeviceArray<float> dfactors(factors);
         if (scaled) {
           cpu_config.freq_factors = factors.data();
           cpu_config.freq_scale = gpu_config.freq_scale = 0.25f;
@@ -212,8 +184,8 @@ TEST_CASE("rope on the GPU matches the CPU kernel in both modes") {
         std::vector<float> expected = x;
         rope(expected.data(), m, n_heads, positions.data(), cpu_config);
 
-        DeviceBuffer<float> dx(x);
-        DeviceBuffer<std::int32_t> dpositions(positions);
+        DeviceArray<float> dx(x);
+        DeviceArray<std::int32_t> dpositions(positions);
         launch_rope(dx.get(), m, n_heads, dpositions.get(), gpu_config, nullptr);
         // Angles are bitwise the CPU's (same float products and quotient,
         // uncontracted). cosf/sinf differ by at most 1 ulp (glibc) + 2 ulp
@@ -234,7 +206,7 @@ TEST_CASE("silu_mul on the GPU matches the CPU kernel") {
   std::vector<float> expected(m * f);
   silu_mul(gate.data(), up.data(), m, f, expected.data());
 
-  DeviceBuffer<float> dgate(gate), dup(up), dout(m * f);
+  DeviceArray<float> dgate(gate), dup(up), dout(m * f);
   launch_silu_mul(dgate.get(), dup.get(), m, f, dout.get(), nullptr);
   // Both exps are within 2 ulp (CPU Cephes polynomial, CUDA expf); with the
   // add, divide and multiply each result is within ~7 ulp (4e-7) of the
@@ -261,13 +233,13 @@ TEST_CASE("add_bias and residual_add give exactly the rounded sums") {
   }
 
   // One IEEE addition per element: the GPU's result is the same bits.
-  DeviceBuffer<float> dx(x), dbias(bias), dresidual(residual), dsum(m * n);
+  DeviceArray<float> dx(x), dbias(bias), dresidual(residual), dsum(m * n);
   launch_residual_add(dx.get(), dresidual.get(), m * n, dsum.get(), nullptr);
   check_identical(dsum.download(), sum);
   launch_add_bias(dx.get(), m, n, dbias.get(), nullptr);
   check_identical(dx.download(), with_bias);
   // In place: the residual stream accumulates into itself.
-  DeviceBuffer<float> stream(x);
+  DeviceArray<float> stream(x);
   launch_residual_add(stream.get(), dresidual.get(), m * n, stream.get(), nullptr);
   check_identical(stream.download(), sum);
 }
@@ -289,9 +261,9 @@ TEST_CASE("embedding gather dequantizes F32, F16, BF16 and Q8_0 rows as the CPU 
     embedding_lookup(WeightView{type, table.data(), vocab, cols}, tokens.data(), tokens.size(),
                      expected.data());
 
-    DeviceBuffer<std::uint8_t> dtable(table);
-    DeviceBuffer<TokenId> dtokens(tokens);
-    DeviceBuffer<float> dout(tokens.size() * cols);
+    DeviceArray<std::uint8_t> dtable(table);
+    DeviceArray<TokenId> dtokens(tokens);
+    DeviceArray<float> dout(tokens.size() * cols);
     launch_embedding_gather(dtable.get(), type, vocab, cols, dtokens.get(), tokens.size(),
                             dout.get(), nullptr);
     // Each value is one exact conversion (F32/F16/BF16) or one rounded
@@ -300,8 +272,8 @@ TEST_CASE("embedding gather dequantizes F32, F16, BF16 and Q8_0 rows as the CPU 
 
     // A token outside the table gives a NaN row, the others are untouched.
     const std::vector<TokenId> bad = {3, static_cast<TokenId>(vocab)};
-    DeviceBuffer<TokenId> dbad(bad);
-    DeviceBuffer<float> dbad_out(bad.size() * cols);
+    DeviceArray<TokenId> dbad(bad);
+    DeviceArray<float> dbad_out(bad.size() * cols);
     launch_embedding_gather(dtable.get(), type, vocab, cols, dbad.get(), bad.size(), dbad_out.get(),
                             nullptr);
     const auto bad_out = dbad_out.download();

@@ -19,42 +19,14 @@
 using namespace caflm;
 using namespace caflm::cuda;
 
+using caflm::testing::DeviceArray;
+
 namespace {
 
 void require_cuda(cudaError_t status, const char* what) {
   INFO(what << ": " << cudaGetErrorString(status));
   REQUIRE(status == cudaSuccess);
 }
-
-/// Device memory freed with its owner.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t n)
-    : n_(n) {
-    require_cuda(cudaMalloc(&data_, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-  }
-  explicit DeviceArray(const std::vector<T>& host)
-    : DeviceArray(host.size()) {
-    require_cuda(cudaMemcpy(data_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
-                 "cudaMemcpy to device");
-  }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return data_; }
-  std::vector<T> to_host() const {
-    std::vector<T> host(n_);
-    require_cuda(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
-                 "cudaMemcpy to host");
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t n_;
-};
 
 /// A random [n, k] weight matrix in `type`'s GGUF bytes and its values as
 /// dequantize_row decodes them.
@@ -195,7 +167,7 @@ std::vector<float> gpu_linear(TensorType type, const DeviceArray<std::uint8_t>& 
   launch_linear(WeightView{type, weight.get(), n, k}, x_device.get(), x_stride, m, bias_device,
                 y_device.get(), y_stride, nullptr);
   require_cuda(cudaDeviceSynchronize(), "linear kernel");
-  return y_device.to_host();
+  return y_device.download();
 }
 
 /// Error bound of y[r, n]. The GPU decodes each weight to exactly the value

@@ -27,39 +27,9 @@ using caflm::RaggedBatchItem;
 using caflm::TokenId;
 using caflm::cuda::PagedKvGeometry;
 
+using caflm::testing::DeviceArray;
+
 namespace {
-
-/// A device allocation of `count` T, freed on destruction.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t count)
-    : count_(count) {
-    CAFLM_CUDA_CHECK(cudaMalloc(&data_, std::max<std::size_t>(count, 1) * sizeof(T)));
-  }
-  explicit DeviceArray(const std::vector<T>& host)
-    : DeviceArray(host.size()) {
-    upload(host);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(data_); }
-
-  T* data() { return data_; }
-  void upload(const T* host, std::size_t count) {
-    CAFLM_CUDA_CHECK(cudaMemcpy(data_, host, count * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    CAFLM_CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t count_;
-};
 
 /// One sequence's share of a step: `query_length` new tokens from `start`.
 struct SequenceSpec {
@@ -254,7 +224,7 @@ GpuResult run_on_gpu(const Problem& p) {
   const auto& sections = packer.pack(p.batch(), g, p.max_context());
   DeviceArray<std::uint32_t> words(packer.capacity_words());
   words.upload(packer.words(), sections.total);
-  const caflm::cuda::DeviceRaggedStep step = caflm::cuda::device_step(sections, words.data());
+  const caflm::cuda::DeviceRaggedStep step = caflm::cuda::device_step(sections, words.get());
 
   DeviceArray<float> keys(p.key_cache);
   DeviceArray<float> values(p.value_cache);
@@ -263,17 +233,17 @@ GpuResult run_on_gpu(const Problem& p) {
   DeviceArray<float> v(p.v);
   DeviceArray<float> out(p.q.size());
   // NaN everywhere first, so an output the kernel skips cannot pass.
-  CAFLM_CUDA_CHECK(cudaMemset(out.data(), 0xff, p.q.size() * sizeof(float)));
+  CAFLM_CUDA_CHECK(cudaMemset(out.get(), 0xff, p.q.size() * sizeof(float)));
 
   cudaStream_t stream = nullptr;
   CAFLM_CUDA_CHECK(cudaStreamCreate(&stream));
   const std::size_t layer_offset = std::size_t{p.layer} * g.layer_floats();
-  caflm::cuda::launch_copy_blocks(keys.data(), values.data(), step, packer.copy_wave_ends(), g,
+  caflm::cuda::launch_copy_blocks(keys.get(), values.get(), step, packer.copy_wave_ends(), g,
                                   stream);
-  caflm::cuda::launch_store_kv(k.data(), v.data(), keys.data() + layer_offset,
-                               values.data() + layer_offset, step, g, stream);
-  caflm::cuda::launch_paged_attention(q.data(), keys.data() + layer_offset,
-                                      values.data() + layer_offset, out.data(), p.n_heads, step, g,
+  caflm::cuda::launch_store_kv(k.get(), v.get(), keys.get() + layer_offset,
+                               values.get() + layer_offset, step, g, stream);
+  caflm::cuda::launch_paged_attention(q.get(), keys.get() + layer_offset,
+                                      values.get() + layer_offset, out.get(), p.n_heads, step, g,
                                       stream);
   CAFLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   CAFLM_CUDA_CHECK(cudaStreamDestroy(stream));
