@@ -15,8 +15,9 @@ function(caflm_build_flags target)
   if(CAFLM_HAVE_CUDA)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>
-      $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${CAFLM_WERROR}>>:--Werror=all-warnings -Xcompiler=-Werror>
-      $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<NOT:$<CONFIG:Debug>>>:-O2>)
+      $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${CAFLM_WERROR}>>:--Werror=all-warnings -Xcompiler=-Werror>)
+    # No -O here: CMake's CUDA flags for the build type already carry one,
+    # and nvcc warns when a second one redefines it.
   endif()
 endfunction()
 

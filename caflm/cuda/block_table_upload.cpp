@@ -1,5 +1,6 @@
 #include "caflm/cuda/block_table_upload.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -78,7 +79,9 @@ RaggedStepPacker::RaggedStepPacker(std::uint32_t max_tokens, std::uint32_t max_t
 
 const RaggedStepSections& RaggedStepPacker::pack(const RaggedBatch& batch,
                                                  const PagedKvGeometry& geometry,
-                                                 std::uint32_t max_context) {
+                                                 std::uint32_t max_context,
+                                                 std::uint32_t padded_token_count,
+                                                 BlockId padding_block) {
   sections_ = RaggedStepSections{};
   words_.clear();
   wave_ends_.clear();
@@ -101,7 +104,12 @@ const RaggedStepSections& RaggedStepPacker::pack(const RaggedBatch& batch,
         batch.copies[c].destination >= geometry.n_blocks)
       invalid("copy " + std::to_string(c) + " names a block outside the cache");
 
-  const std::uint32_t n = batch.token_count;
+  if (padded_token_count > max_tokens_)
+    invalid(std::to_string(padded_token_count) + " padded tokens exceed the capacity of " +
+            std::to_string(max_tokens_));
+  if (padded_token_count > batch.token_count && batch.block_table_size == 0)
+    invalid("a padded step needs a page for its padding tokens to read");
+  const std::uint32_t n = std::max(batch.token_count, padded_token_count);
   RaggedStepSections s;
   s.token_count = n;
   s.block_table_size = batch.block_table_size;
@@ -122,7 +130,7 @@ const RaggedStepSections& RaggedStepPacker::pack(const RaggedBatch& batch,
       invalid(item_name(i) + " has no tokens");
     if (item.token_offset != next_token)
       invalid(item_name(i) + " does not start where the previous item ends");
-    if (std::uint64_t{next_token} + item.query_length > n)
+    if (std::uint64_t{next_token} + item.query_length > batch.token_count)
       invalid(item_name(i) + " runs past the batch's tokens");
     if (end > max_context)
       invalid(item_name(i) + " ends at position " + std::to_string(end) +
@@ -144,8 +152,14 @@ const RaggedStepSections& RaggedStepPacker::pack(const RaggedBatch& batch,
     if (static_cast<std::uint32_t>(end) > s.max_context)
       s.max_context = static_cast<std::uint32_t>(end);
   }
-  if (next_token != n)
-    invalid("items cover " + std::to_string(next_token) + " of " + std::to_string(n) + " tokens");
+  if (next_token != batch.token_count)
+    invalid("items cover " + std::to_string(next_token) + " of " +
+            std::to_string(batch.token_count) + " tokens");
+  for (std::uint32_t row = batch.token_count; row < n; ++row) {
+    words_[s.positions + row] = 0;
+    words_[s.table_offsets + row] = 0;
+    words_[s.slots + row] = padding_block * geometry.block_size;
+  }
   for (std::uint32_t p = 0; p < batch.block_table_size; ++p)
     words_[s.block_tables + p] = batch.block_tables[p];
   for (std::uint32_t c = 0; c < batch.copy_count; ++c) {

@@ -92,8 +92,14 @@ class RaggedStepPacker {
   /// position + query_length, pages and copies inside the cache) and packs
   /// it. Throws std::invalid_argument naming the fault; then nothing packed
   /// is valid.
+  ///
+  /// With `padded_token_count` > token_count the step is laid out for that
+  /// many tokens (a CUDA graph's bucket): each padding token has position 0,
+  /// reads the batch's first page and writes its K and V to slot 0 of
+  /// `padding_block`, a block outside `geometry` that nothing else reads.
   const RaggedStepSections& pack(const RaggedBatch& batch, const PagedKvGeometry& geometry,
-                                 std::uint32_t max_context);
+                                 std::uint32_t max_context, std::uint32_t padded_token_count = 0,
+                                 BlockId padding_block = 0);
 
   const RaggedStepSections& sections() const { return sections_; }
   /// The packed array, `sections().total` words.

@@ -1,6 +1,7 @@
 #include "caflm/cuda/elementwise_kernels.cuh"
 
 #include "caflm/cuda/cuda_check.hpp"
+#include "caflm/cuda/gemm_kernels.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -202,6 +203,74 @@ __global__ void embedding_gather_kernel(const unsigned char* __restrict__ table
   }
 }
 
+/// One thread per 8 values of an output row, decoding block-quantized rows
+/// exactly as the linear kernel does (gemm_kernels.cuh's decode8).
+template <TensorType kType>
+__global__ void embedding_gather_blocks_kernel(const unsigned char* __restrict__ table
+                                               /* [rows, row_bytes] */,
+                                               std::uint64_t rows, std::uint64_t cols,
+                                               std::uint64_t row_bytes,
+                                               const TokenId* __restrict__ tokens /* [m] */,
+                                               std::size_t m, float* __restrict__ out
+                                               /* [m, cols] */) {
+  const std::size_t groups_per_row = cols / 8;
+  const std::size_t total = m * groups_per_row;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const TokenId token = tokens[i / groups_per_row];
+    const auto k = static_cast<std::uint32_t>(8 * (i % groups_per_row));
+    float* row_out = out + (i / groups_per_row) * cols + k;
+    if (token >= rows) {
+      for (int j = 0; j < 8; ++j)
+        row_out[j] = __int_as_float(0x7fc00000);
+      continue;
+    }
+    float w[8];
+    detail::decode8<kType>(table + token * row_bytes, k, w);
+    for (int j = 0; j < 8; ++j)
+      row_out[j] = w[j];
+  }
+}
+
+/// One thread per output element: out[r, j] = x[rows[r], j].
+__global__ void gather_rows_kernel(const float* __restrict__ x /* [*, d] */,
+                                   const std::uint32_t* __restrict__ rows /* [n_rows] */,
+                                   std::size_t n_rows, std::size_t d,
+                                   float* __restrict__ out /* [n_rows, d] */) {
+  const std::size_t total = n_rows * d;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    out[i] = x[static_cast<std::size_t>(rows[i / d]) * d + i % d];
+}
+
+/// The block-quantized types the gather decodes with decode8.
+bool gathers_by_blocks(TensorType type) {
+  switch (type) {
+  case TensorType::Q4_0:
+  case TensorType::Q4_1:
+  case TensorType::Q5_0:
+  case TensorType::Q5_1:
+  case TensorType::Q2_K:
+  case TensorType::Q3_K:
+  case TensorType::Q4_K:
+  case TensorType::Q5_K:
+  case TensorType::Q6_K:
+    return true;
+  default:
+    return false;
+  }
+}
+
+template <TensorType kType>
+void launch_gather_blocks(const void* table, std::uint64_t rows, std::uint64_t cols,
+                          const TokenId* tokens, std::size_t m, float* out, cudaStream_t stream) {
+  embedding_gather_blocks_kernel<kType>
+      <<<elementwise_blocks(m * (cols / 8)), kElementwiseThreads, 0, stream>>>(
+          static_cast<const unsigned char*>(table), rows, cols, tensor_row_bytes(kType, cols),
+          tokens, m, out);
+  CAFLM_CUDA_CHECK_LAUNCH(embedding_gather_blocks_kernel);
+}
+
 } // namespace
 
 int rms_norm_threads(std::size_t d) {
@@ -275,7 +344,17 @@ void launch_residual_add(const float* a, const float* b, std::size_t n, float* o
 
 bool embedding_gather_supports(TensorType type) {
   return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16 ||
-         type == TensorType::Q8_0;
+         type == TensorType::Q8_0 || gathers_by_blocks(type);
+}
+
+void launch_gather_rows(const float* x, const std::uint32_t* rows, std::size_t n_rows,
+                        std::size_t d, float* out, cudaStream_t stream) {
+  const std::size_t total = n_rows * d;
+  if (total == 0)
+    return;
+  gather_rows_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(x, rows, n_rows,
+                                                                                    d, out);
+  CAFLM_CUDA_CHECK_LAUNCH(gather_rows_kernel);
 }
 
 void launch_embedding_gather(const void* table, TensorType type, std::uint64_t rows,
@@ -283,7 +362,33 @@ void launch_embedding_gather(const void* table, TensorType type, std::uint64_t r
                              cudaStream_t stream) {
   if (!embedding_gather_supports(type)) {
     throw std::invalid_argument(std::string("launch_embedding_gather: table type ") +
-                                caflm::to_string(type) + " is not F32, F16, BF16 or Q8_0");
+                                caflm::to_string(type) + " is not one the gather decodes");
+  }
+  if (gathers_by_blocks(type)) {
+    // plan_gemm_launch checks what decode8 needs: whole blocks of the type.
+    (void)plan_gemm_launch(type, 1, rows, cols);
+    if (m * cols == 0)
+      return;
+    switch (type) {
+    case TensorType::Q4_0:
+      return launch_gather_blocks<TensorType::Q4_0>(table, rows, cols, tokens, m, out, stream);
+    case TensorType::Q4_1:
+      return launch_gather_blocks<TensorType::Q4_1>(table, rows, cols, tokens, m, out, stream);
+    case TensorType::Q5_0:
+      return launch_gather_blocks<TensorType::Q5_0>(table, rows, cols, tokens, m, out, stream);
+    case TensorType::Q5_1:
+      return launch_gather_blocks<TensorType::Q5_1>(table, rows, cols, tokens, m, out, stream);
+    case TensorType::Q2_K:
+      return launch_gather_blocks<TensorType::Q2_K>(table, rows, cols, tokens, m, out, stream);
+    case TensorType::Q3_K:
+      return launch_gather_blocks<TensorType::Q3_K>(table, rows, cols, tokens, m, out, stream);
+    case TensorType::Q4_K:
+      return launch_gather_blocks<TensorType::Q4_K>(table, rows, cols, tokens, m, out, stream);
+    case TensorType::Q5_K:
+      return launch_gather_blocks<TensorType::Q5_K>(table, rows, cols, tokens, m, out, stream);
+    default:
+      return launch_gather_blocks<TensorType::Q6_K>(table, rows, cols, tokens, m, out, stream);
+    }
   }
   if (type == TensorType::Q8_0 && cols % kQ8_0Values != 0) {
     throw std::invalid_argument("launch_embedding_gather: a Q8_0 row of " + std::to_string(cols) +

@@ -80,15 +80,23 @@ void launch_add_bias(float* x /* [m, n] */, std::size_t m, std::size_t n,
 void launch_residual_add(const float* a /* [n] */, const float* b /* [n] */, std::size_t n,
                          float* out /* [n] */, cudaStream_t stream);
 
-/// True for the table types launch_embedding_gather reads: F32, F16, BF16, Q8_0.
+/// out[r] = x[rows[r]] for rows of `d` floats: the rows whose logits a step
+/// needs (each item's last token), gathered before the output projection.
+void launch_gather_rows(const float* x /* [*, d] */, const std::uint32_t* rows /* [n_rows] */,
+                        std::size_t n_rows, std::size_t d, float* out /* [n_rows, d] */,
+                        cudaStream_t stream);
+
+/// True for the table types launch_embedding_gather reads: F32, F16, BF16,
+/// Q8_0, and the legacy and K block types the linear kernel decodes.
 bool embedding_gather_supports(TensorType type);
 
 /// Copies each token's row of `table` ([rows, cols] elements of `type`, rows
 /// of tensor_row_bytes(type, cols) bytes as GGUF stores them) to `out` as f32,
-/// dequantized as ggml does. A token id outside the table cannot be reported
+/// dequantized as ggml does (block types exactly as the linear kernel decodes
+/// them). A token id outside the table cannot be reported
 /// from the device: its row becomes NaN (callers validate ids on the host).
 /// Throws std::invalid_argument for a type embedding_gather_supports refuses
-/// or Q8_0 `cols` not a multiple of 32.
+/// or `cols` not whole blocks of the type.
 void launch_embedding_gather(const void* table /* [rows, row_bytes] */, TensorType type,
                              std::uint64_t rows, std::uint64_t cols,
                              const TokenId* tokens /* [m] */, std::size_t m,

@@ -80,6 +80,85 @@ enum class BackendError : std::uint8_t {
 
 const char* to_string(BackendError error);
 
+/// How one logits row of a step is sampled on a backend's device (see
+/// RaggedBackend::sample): the sampling layer's Sampler semantics as plain
+/// numbers, with the draw's uniform number already computed on the host from
+/// the counter-based RNG (counter_uniform(seed, step)), so device and host
+/// draws take the same u. The chain is the Sampler's: penalties and bans ->
+/// top_k -> top_p -> min_p -> temperature -> draw over the kept tokens sorted
+/// by probability descending (ties: lower id first) until the cumulative
+/// mass exceeds uniform * mass. 56 bytes, standard layout.
+struct RaggedSampleSpec {
+  /// Row of the step's logits: the item whose last token is sampled.
+  std::uint32_t item;
+  /// <= 1e-6 (Sampler::kGreedyTemperature): the argmax after penalties and
+  /// bans (ties: lowest id), no draw.
+  float temperature;
+  /// 0 or negative: disabled.
+  std::int32_t top_k;
+  float top_p;
+  float min_p;
+  float repetition_penalty;
+  float presence_penalty;
+  float frequency_penalty;
+  /// counter_uniform(seed, step), in [0, 1).
+  float uniform;
+  /// Most likely tokens of the raw log-softmax to report, 0..kMaxSampleTopLogprobs.
+  std::uint32_t top_logprobs;
+  /// The tokens in the request's penalty window, each once with its count:
+  /// entries [penalty_offset, penalty_offset + penalty_count) of
+  /// RaggedSampleBatch::penalty_tokens / penalty_counts.
+  std::uint32_t penalty_offset;
+  std::uint32_t penalty_count;
+  /// Tokens never chosen (eos under ignore_eos): entries [banned_offset,
+  /// banned_offset + banned_count) of RaggedSampleBatch::banned.
+  std::uint32_t banned_offset;
+  std::uint32_t banned_count;
+};
+
+/// The most top logprobs a spec may ask for (OpenAI's bound).
+inline constexpr std::uint32_t kMaxSampleTopLogprobs = 20;
+
+/// Everything one RaggedBackend::sample call reads.
+struct RaggedSampleBatch {
+  const RaggedSampleSpec* specs; // [spec_count]
+  std::uint32_t spec_count;
+  const TokenId* penalty_tokens;       // [penalty_size] distinct per spec
+  const std::uint32_t* penalty_counts; // [penalty_size] occurrences, >= 1
+  std::uint32_t penalty_size;
+  const TokenId* banned; // [banned_size]
+  std::uint32_t banned_size;
+};
+
+/// The most one RaggedBackend::sample call takes; a caller with more splits
+/// its specs over several calls. Every single spec whose lists are within
+/// the limits fits in one call.
+struct RaggedSampleCapacity {
+  std::uint32_t max_specs = 0;
+  std::uint32_t max_penalty_entries = 0;
+  std::uint32_t max_banned = 0;
+};
+
+/// One entry of a top-logprobs list.
+struct RaggedTopLogprob {
+  TokenId token;
+  float logprob;
+};
+
+/// What RaggedBackend::sample reports per spec, in spec order.
+struct RaggedSampleResult {
+  TokenId token;
+  /// The token's log-probability under the log-softmax of the raw logits.
+  float logprob;
+  /// Logits of the row that were NaN (sampled around as -infinity).
+  std::uint32_t nan_logits;
+  /// Entries written to the spec's top-logprobs row, sorted descending, ties
+  /// by lower id: min(top_logprobs, vocab_size).
+  std::uint32_t top_count;
+};
+
+static_assert(sizeof(RaggedSampleSpec) == 56 && std::is_standard_layout_v<RaggedSampleSpec>);
+
 /// A model executor that runs a whole ragged step in one launch.
 class RaggedBackend {
  public:
@@ -91,8 +170,29 @@ class RaggedBackend {
   /// Performs `batch.copies`, writes KV for every item's tokens, fills
   /// `outputs` [item_count] and leaves the logits of each item's last token
   /// in row i of `logits` [item_count, vocab_size].
+  /// A backend that samples on its device (samples_on_device()) may take a
+  /// null `logits` and keep them on the device for sample().
   virtual Expected<RaggedBatchReceipt, BackendError>
   execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, float* logits) = 0;
+
+  /// True when the backend samples the last step's logits itself (sample()),
+  /// so that only token ids and requested logprobs cross to the host.
+  virtual bool samples_on_device() const { return false; }
+
+  /// The most one sample() call takes (zeros for a backend that does not
+  /// sample).
+  virtual RaggedSampleCapacity sample_capacity() const { return {}; }
+
+  /// Samples rows of the last execute()'s logits as `batch.specs` say:
+  /// writes `results` [spec_count] and, for spec i, its top logprobs to
+  /// `top_logprobs` [spec_count, kMaxSampleTopLogprobs] row i. Only for a
+  /// backend that samples_on_device(); others return InvalidBatch.
+  virtual Expected<std::uint32_t, BackendError> sample(const RaggedSampleBatch& batch,
+                                                       RaggedSampleResult* results,
+                                                       RaggedTopLogprob* top_logprobs) {
+    (void)batch, (void)results, (void)top_logprobs;
+    return BackendError::InvalidBatch;
+  }
 };
 
 /// Preallocated storage for one step, sized once for the largest step.

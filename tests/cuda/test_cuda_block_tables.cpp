@@ -235,3 +235,32 @@ TEST_CASE("launch shapes follow the step, never its contents") {
   CHECK(copy.grid_y == 2); // layers
   CHECK(copy.grid_z == 2); // K and V
 }
+
+TEST_CASE("a step padded to a graph bucket lays its padding tokens on the padding block") {
+  TwoItemStep step;
+  RaggedStepPacker packer(8, 16, 4);
+  // 5 tokens padded to 8; block 16 is the padding block, outside the 16
+  // blocks the scheduler sees.
+  const RaggedStepSections& s = packer.pack(step.batch(), geometry_of(16, 4), 64, 8, 16);
+  REQUIRE(s.token_count == 8);
+  // The sections sit where an 8-token step's do, whatever the real count.
+  CHECK(s.table_offsets == 8);
+  CHECK(s.slots == 16);
+  CHECK(s.block_tables == 24);
+  const std::uint32_t* w = packer.words();
+  // The real tokens are packed as without padding.
+  CHECK(w[s.positions + 4] == 9);
+  CHECK(w[s.slots + 4] == 6 * 4 + 1); // position 9 on page 2 of item 1 (block 6)
+  for (std::uint32_t row = 5; row < 8; ++row) {
+    INFO("padding row " << row);
+    CHECK(w[s.positions + row] == 0);
+    CHECK(w[s.table_offsets + row] == 0);
+    CHECK(w[s.slots + row] == 16 * 4);
+  }
+  CHECK(s.max_context == 10);
+  // More padding than the packer holds is refused.
+  CHECK_THROWS_AS(packer.pack(step.batch(), geometry_of(16, 4), 64, 9, 16), std::invalid_argument);
+  // Padding no larger than the batch changes nothing.
+  const RaggedStepSections& same = packer.pack(step.batch(), geometry_of(16, 4), 64, 3, 16);
+  CHECK(same.token_count == 5);
+}

@@ -91,10 +91,15 @@ TEST_CASE("launchers refuse bad shapes and types before touching the device") {
   CHECK_THROWS_AS(launch_rope(nullptr, 1, 1, nullptr, odd, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(launch_rms_norm(nullptr, 1, 0, nullptr, 1e-6f, nullptr, nullptr),
                   std::invalid_argument);
-  CHECK_FALSE(embedding_gather_supports(TensorType::Q4_K));
+  CHECK_FALSE(embedding_gather_supports(TensorType::Q8_K));
   CHECK(embedding_gather_supports(TensorType::Q8_0));
+  CHECK(embedding_gather_supports(TensorType::Q4_K));
   CHECK_THROWS_AS(
-      launch_embedding_gather(nullptr, TensorType::Q4_K, 4, 256, nullptr, 1, nullptr, nullptr),
+      launch_embedding_gather(nullptr, TensorType::Q8_K, 4, 256, nullptr, 1, nullptr, nullptr),
+      std::invalid_argument);
+  // A K-quant row is whole blocks of 256.
+  CHECK_THROWS_AS(
+      launch_embedding_gather(nullptr, TensorType::Q4_K, 4, 96, nullptr, 1, nullptr, nullptr),
       std::invalid_argument);
   CHECK_THROWS_AS(
       launch_embedding_gather(nullptr, TensorType::Q8_0, 4, 48, nullptr, 1, nullptr, nullptr),
@@ -244,13 +249,15 @@ TEST_CASE("add_bias and residual_add give exactly the rounded sums") {
   check_identical(stream.download(), sum);
 }
 
-TEST_CASE("embedding gather dequantizes F32, F16, BF16 and Q8_0 rows as the CPU does") {
+TEST_CASE("embedding gather dequantizes every weight type's rows as the CPU does") {
   CAFLM_REQUIRE_GPU();
-  const std::size_t vocab = 50, cols = 96;
+  const std::size_t vocab = 50, cols = 512;
   const auto values = random_floats(vocab * cols, -1.5f, 1.5f, 61);
   const std::vector<TokenId> tokens = {0, 49, 7, 7, 23, 1};
   for (const TensorType type :
-       {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0}) {
+       {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+        TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
+        TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     INFO("type " << caflm::to_string(type));
     const std::size_t row_bytes = tensor_row_bytes(type, cols);
     std::vector<std::uint8_t> table(vocab * row_bytes);
@@ -266,8 +273,9 @@ TEST_CASE("embedding gather dequantizes F32, F16, BF16 and Q8_0 rows as the CPU 
     DeviceArray<float> dout(tokens.size() * cols);
     launch_embedding_gather(dtable.get(), type, vocab, cols, dtokens.get(), tokens.size(),
                             dout.get(), nullptr);
-    // Each value is one exact conversion (F32/F16/BF16) or one rounded
-    // product d * q (Q8_0) on both sides: identical bits.
+    // Each value is one exact conversion (F32/F16/BF16) or the same rounded
+    // products and sums of the block's scales and quants on both sides
+    // (decode8 follows dequantize_row): identical bits.
     check_identical(dout.download(), expected);
 
     // A token outside the table gives a NaN row, the others are untouched.
