@@ -77,6 +77,16 @@ InferenceEngine::InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
   , sampler_(backend_->vocab_size())
   , top_scratch_(kMaxTopLogprobs) {
   preempted_.reserve(config_.scheduler.max_requests);
+  if (backend_->samples_on_device()) {
+    sample_capacity_ = backend_->sample_capacity();
+    sample_specs_.reserve(sample_capacity_.max_specs);
+    penalty_tokens_.reserve(sample_capacity_.max_penalty_entries);
+    penalty_counts_.reserve(sample_capacity_.max_penalty_entries);
+    sample_banned_.reserve(sample_capacity_.max_banned);
+    sample_results_.resize(sample_capacity_.max_specs);
+    sample_top_.resize(std::size_t{sample_capacity_.max_specs} * kMaxSampleTopLogprobs);
+    window_scratch_.reserve(config_.scheduler.max_context);
+  }
   const Vocabulary& vocab = tokenizer_->vocabulary();
   for (TokenId id = 0; id < vocab.size(); ++id)
     if (vocab.is_eog(id))
@@ -170,6 +180,16 @@ std::vector<TokenEvent> InferenceEngine::step() {
                                         std::to_string(pool_.block_count()) + " the engine has"));
     requests_.erase(it);
   }
+  if (backend_->samples_on_device()) {
+    if (!sample_on_device(events, backend_error)) {
+      const std::string error =
+          std::string("the engine's sampling failed: ") + to_string(backend_error);
+      for (auto& entry : requests_)
+        events.push_back(end_with_error(entry.second, EngineFault::StepFailed, error));
+      requests_.clear();
+    }
+    return events;
+  }
   for (std::uint32_t i = 0; i < buffers_.item_count; ++i) {
     const RaggedBatchItem& item = buffers_.items[i];
     if (!table_.view(item.slot).awaiting_token)
@@ -182,14 +202,125 @@ std::vector<TokenEvent> InferenceEngine::step() {
   return events;
 }
 
+void InferenceEngine::add_penalty_window(const Active& active, RaggedSampleSpec& spec) {
+  const SamplingParams& params = active.request.params;
+  spec.penalty_offset = static_cast<std::uint32_t>(penalty_tokens_.size());
+  spec.penalty_count = 0;
+  const RequestView view = table_.view(active.slot);
+  const std::size_t window =
+      params.penalty_last_n < 0
+          ? view.token_count
+          : std::min<std::size_t>(view.token_count,
+                                  static_cast<std::size_t>(params.penalty_last_n));
+  const bool penalize =
+      window > 0 && (params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
+                     params.frequency_penalty != 0.0f);
+  if (!penalize)
+    return;
+  // The window's distinct tokens with their counts, as the host sampler
+  // counts them (ids outside the vocabulary ignored).
+  const TokenId* history = table_.tokens(active.slot);
+  window_scratch_.assign(history + (view.token_count - window), history + view.token_count);
+  std::sort(window_scratch_.begin(), window_scratch_.end());
+  for (std::size_t i = 0; i < window_scratch_.size();) {
+    std::size_t j = i;
+    while (j < window_scratch_.size() && window_scratch_[j] == window_scratch_[i])
+      ++j;
+    if (window_scratch_[i] < backend_->vocab_size()) {
+      penalty_tokens_.push_back(window_scratch_[i]);
+      penalty_counts_.push_back(static_cast<std::uint32_t>(j - i));
+      ++spec.penalty_count;
+    }
+    i = j;
+  }
+}
+
+bool InferenceEngine::sample_on_device(std::vector<TokenEvent>& events, BackendError& error) {
+  std::uint32_t next = 0;
+  while (next < buffers_.item_count) {
+    sample_specs_.clear();
+    penalty_tokens_.clear();
+    penalty_counts_.clear();
+    sample_banned_.clear();
+    // Fill one call with as many waiting items as its capacity holds.
+    for (; next < buffers_.item_count; ++next) {
+      const RaggedBatchItem& item = buffers_.items[next];
+      if (!table_.view(item.slot).awaiting_token)
+        continue;
+      const Active& active = requests_.at(item.request_id);
+      const SamplingParams& params = active.request.params;
+      const std::size_t window_bound = params.penalty_last_n < 0
+                                           ? table_.view(item.slot).token_count
+                                           : static_cast<std::size_t>(params.penalty_last_n);
+      const std::size_t bans = params.ignore_eos ? banned_.size() : 0;
+      if (!sample_specs_.empty() &&
+          (sample_specs_.size() == sample_capacity_.max_specs ||
+           penalty_tokens_.size() + window_bound > sample_capacity_.max_penalty_entries ||
+           sample_banned_.size() + bans > sample_capacity_.max_banned))
+        break;
+      RaggedSampleSpec spec{};
+      spec.item = next;
+      spec.temperature = params.temperature;
+      spec.top_k = params.top_k;
+      spec.top_p = params.top_p;
+      spec.min_p = params.min_p;
+      spec.repetition_penalty = params.repetition_penalty;
+      spec.presence_penalty = params.presence_penalty;
+      spec.frequency_penalty = params.frequency_penalty;
+      spec.uniform = counter_uniform(params.seed.value_or(0), active.generated);
+      spec.top_logprobs = std::min(params.top_logprobs, kMaxSampleTopLogprobs);
+      add_penalty_window(active, spec);
+      spec.banned_offset = static_cast<std::uint32_t>(sample_banned_.size());
+      spec.banned_count = static_cast<std::uint32_t>(bans);
+      sample_banned_.insert(sample_banned_.end(), banned_.begin(), banned_.begin() + bans);
+      sample_specs_.push_back(spec);
+    }
+    if (sample_specs_.empty())
+      break;
+    const RaggedSampleBatch batch{sample_specs_.data(),
+                                  static_cast<std::uint32_t>(sample_specs_.size()),
+                                  penalty_tokens_.data(),
+                                  penalty_counts_.data(),
+                                  static_cast<std::uint32_t>(penalty_tokens_.size()),
+                                  sample_banned_.data(),
+                                  static_cast<std::uint32_t>(sample_banned_.size())};
+    auto sampled = backend_->sample(batch, sample_results_.data(), sample_top_.data());
+    if (!sampled) {
+      error = sampled.error();
+      return false;
+    }
+    for (std::size_t s = 0; s < sample_specs_.size(); ++s) {
+      const RaggedSampleResult& result = sample_results_[s];
+      auto it = requests_.find(buffers_.items[sample_specs_[s].item].request_id);
+      const RaggedTopLogprob* top = sample_top_.data() + s * kMaxSampleTopLogprobs;
+      for (std::uint32_t t = 0; t < result.top_count; ++t)
+        top_scratch_[t] = TokenLogprob{top[t].token, top[t].logprob};
+      accept_sample(it->second, SampleResult{result.token, result.logprob, result.nan_logits},
+                    top_scratch_.data(), result.top_count, events);
+      if (events.back().finish != FinishReason::None)
+        requests_.erase(it);
+    }
+  }
+  return true;
+}
+
 void InferenceEngine::sample_into(Active& active, const float* logits,
                                   std::vector<TokenEvent>& events) {
   const SamplingParams& params = active.request.params;
-  const Vocabulary& vocab = tokenizer_->vocabulary();
-  RequestView view = table_.view(active.slot);
+  const RequestView view = table_.view(active.slot);
   SampleResult sampled = sampler_.sample(
       logits, params, table_.tokens(active.slot), view.token_count, active.generated,
       banned_.data(), params.ignore_eos ? banned_.size() : 0, top_scratch_.data());
+  accept_sample(active, sampled, top_scratch_.data(),
+                std::min<std::uint32_t>(params.top_logprobs, backend_->vocab_size()), events);
+}
+
+void InferenceEngine::accept_sample(Active& active, const SampleResult& sampled,
+                                    const TokenLogprob* top, std::uint32_t top_count,
+                                    std::vector<TokenEvent>& events) {
+  const SamplingParams& params = active.request.params;
+  const Vocabulary& vocab = tokenizer_->vocabulary();
+  RequestView view = table_.view(active.slot);
   if (sampled.nan_logits > 0) {
     // Sampling around NaN would stream tokens of a broken model as if they
     // were its answer.
@@ -207,8 +338,7 @@ void InferenceEngine::sample_into(Active& active, const float* logits,
   event.request_id = active.request.id;
   event.token = sampled.token;
   event.logprob = sampled.logprob;
-  std::uint32_t top = std::min<std::uint32_t>(params.top_logprobs, backend_->vocab_size());
-  event.top_logprobs.assign(top_scratch_.begin(), top_scratch_.begin() + top);
+  event.top_logprobs.assign(top, top + top_count);
 
   bool end_of_generation = !params.ignore_eos && vocab.is_eog(sampled.token);
   if (!end_of_generation)

@@ -168,6 +168,17 @@ class InferenceEngine {
   };
 
   void sample_into(Active& active, const float* logits, std::vector<TokenEvent>& events);
+  /// Samples every item awaiting a token on the backend's device, in as
+  /// many sample() calls as its capacity needs. False when the backend
+  /// failed (`error` says why); the caller ends every request.
+  bool sample_on_device(std::vector<TokenEvent>& events, BackendError& error);
+  /// Appends spec `item`'s penalty window (distinct tokens and counts) to
+  /// the device batch being built.
+  void add_penalty_window(const Active& active, RaggedSampleSpec& spec);
+  /// Takes a sampled token (or ends the request on NaN logits): the request's
+  /// event goes to `events`.
+  void accept_sample(Active& active, const SampleResult& sampled, const TokenLogprob* top,
+                     std::uint32_t top_count, std::vector<TokenEvent>& events);
   void finish(Active& active, FinishReason reason, TokenEvent& last);
   /// Ends `active` with FinishReason::Error and `fault` (the caller forgets
   /// it).
@@ -185,6 +196,16 @@ class InferenceEngine {
   Sampler sampler_;
   std::vector<TokenId> banned_;
   std::vector<TokenLogprob> top_scratch_;
+  // Device sampling: one call's specs, lists and results, sized to the
+  // backend's capacity once.
+  RaggedSampleCapacity sample_capacity_;
+  std::vector<RaggedSampleSpec> sample_specs_;
+  std::vector<TokenId> penalty_tokens_;
+  std::vector<std::uint32_t> penalty_counts_;
+  std::vector<TokenId> sample_banned_;
+  std::vector<RaggedSampleResult> sample_results_;
+  std::vector<RaggedTopLogprob> sample_top_;
+  std::vector<TokenId> window_scratch_;
   std::vector<std::uint64_t> preempted_;
   std::unordered_map<std::uint64_t, Active> requests_;
 };

@@ -61,6 +61,15 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& params,
                              const TokenId* history, std::size_t history_len, std::uint64_t step,
                              const TokenId* banned, std::size_t n_banned,
                              TokenLogprob* top_logprobs_out) {
+  return sample_with_uniform(logits, params, history, history_len,
+                             counter_uniform(params.seed.value_or(0), step), banned, n_banned,
+                             top_logprobs_out);
+}
+
+SampleResult Sampler::sample_with_uniform(const float* logits, const SamplingParams& params,
+                                          const TokenId* history, std::size_t history_len,
+                                          float uniform, const TokenId* banned,
+                                          std::size_t n_banned, TokenLogprob* top_logprobs_out) {
   std::uint32_t nan_logits = 0;
   const float log_normalizer = log_sum_exp(logits, vocab_size_, nan_logits);
   if (params.top_logprobs > 0 && top_logprobs_out != nullptr)
@@ -74,7 +83,7 @@ SampleResult Sampler::sample(const float* logits, const SamplingParams& params,
   // An infinite top logit leaves no finite distribution to draw from; the argmax is the answer.
   const TokenId token = greedy || !std::isfinite(candidates_[best_].logit)
                             ? candidates_[best_].id
-                            : draw(count, params, step);
+                            : draw(count, params, uniform);
   return {token, sanitized(logits[token]) - log_normalizer, nan_logits};
 }
 
@@ -129,7 +138,7 @@ std::size_t Sampler::build_candidates(const float* logits, const SamplingParams&
   return count;
 }
 
-TokenId Sampler::draw(std::size_t count, const SamplingParams& params, std::uint64_t step) {
+TokenId Sampler::draw(std::size_t count, const SamplingParams& params, float uniform) {
   // candidates_[0, count) is in id order here. Every sum below runs either in id order or over a
   // sorted prefix, both fixed by the input alone, so no floating-point result depends on how a
   // partial sort happened to arrange the unsorted rest.
@@ -148,7 +157,7 @@ TokenId Sampler::draw(std::size_t count, const SamplingParams& params, std::uint
   double mass = 0.0;
   for (std::size_t i = 0; i < count; ++i)
     mass += std::exp((candidates_[i].logit - max_logit) * inverse_temperature);
-  const double target = static_cast<double>(counter_uniform(params.seed.value_or(0), step)) * mass;
+  const double target = static_cast<double>(uniform) * mass;
 
   double cumulative = 0.0;
   for (std::size_t i = 0; i < count; ++i) {

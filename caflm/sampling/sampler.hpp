@@ -59,6 +59,14 @@ class Sampler {
                       std::size_t history_len, std::uint64_t step, const TokenId* banned,
                       std::size_t n_banned, TokenLogprob* top_logprobs_out);
 
+  /// As sample(), with the draw's uniform number given instead of computed
+  /// from (params.seed, step): what a backend that samples on its device
+  /// receives (RaggedSampleSpec::uniform), so both draw alike.
+  SampleResult sample_with_uniform(const float* logits, const SamplingParams& params,
+                                   const TokenId* history, std::size_t history_len, float uniform,
+                                   const TokenId* banned, std::size_t n_banned,
+                                   TokenLogprob* top_logprobs_out);
+
   /// Temperatures at or below this are greedy.
   static constexpr float kGreedyTemperature = 1e-6f;
 
@@ -74,7 +82,7 @@ class Sampler {
                                const TokenId* history, std::size_t history_len,
                                const TokenId* banned, std::size_t n_banned);
   /// Top-k, top-p, min-p, temperature and the draw over candidates_[0, count).
-  TokenId draw(std::size_t count, const SamplingParams& params, std::uint64_t step);
+  TokenId draw(std::size_t count, const SamplingParams& params, float uniform);
   /// Returns the size of the smallest most-likely prefix of candidates_[0, count) whose mass
   /// reaches top_p of the whole.
   std::size_t nucleus_size(std::size_t count, float max_logit, float top_p);

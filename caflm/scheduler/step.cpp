@@ -13,7 +13,9 @@ Expected<RaggedBatchReceipt, SchedulerError> run_step(RequestTable& table, StepP
   }
   if (buffers.item_count == 0)
     return RaggedBatchReceipt{};
-  auto receipt = backend.execute(buffers.batch(), buffers.outputs.data(), buffers.logits.data());
+  // A backend that samples on its device keeps the logits there.
+  float* logits = backend.samples_on_device() ? nullptr : buffers.logits.data();
+  auto receipt = backend.execute(buffers.batch(), buffers.outputs.data(), logits);
   if (!receipt) {
     table.recover_from_failed_step(buffers);
     if (backend_error != nullptr)
