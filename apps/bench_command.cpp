@@ -10,9 +10,12 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
 #include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/engine_factory.hpp"
 #include "caflm/engine/inference_engine.hpp"
 #include "caflm/engine/log.hpp"
+#include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
 
 namespace caflm::apps {
@@ -24,6 +27,8 @@ struct BenchOptions {
   std::uint32_t prompt_tokens = 128;
   std::uint32_t gen_tokens = 64;
   std::vector<std::uint32_t> concurrency{1, 4, 16, 32};
+  Device device = Device::Auto;
+  GpuMemory gpu_memory;
   bool json = false;
 };
 
@@ -45,19 +50,28 @@ std::uint64_t resident_bytes() {
 
 /// Like llama.cpp's batched-bench: B sequences each prefill the prompt (all
 /// in as few steps as the token budget allows), then decode together.
-BenchResult run_one(const std::shared_ptr<const Model>& model, const BenchOptions& options,
+BenchResult run_one(const std::shared_ptr<const Model>& model,
+                    const std::shared_ptr<const Tokenizer>& tokenizer, const BenchOptions& options,
                     std::uint32_t concurrency) {
   using clock = std::chrono::steady_clock;
-  CpuEngineOptions sizing;
+  EngineOptions sizing;
+  sizing.device = options.device; // resolved by run_bench
+  sizing.gpu_memory = options.gpu_memory;
   sizing.max_context = options.prompt_tokens + options.gen_tokens + 1; // checked in run_bench
   sizing.max_requests = sizing.max_running = std::max(concurrency, 1u);
-  // KV blocks for every sequence at full length, and one spare.
-  const std::uint64_t blocks =
-      std::uint64_t{concurrency} * cpu_kv_blocks_for(sizing.max_context) + 1;
-  sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config());
-  EngineConfig config = cpu_engine_config(*model, sizing);
-  config.prefix_caching = false;
-  auto engine = make_cpu_engine(model, config);
+  std::unique_ptr<InferenceEngine> engine;
+  if (options.device == Device::Cpu) {
+    // KV blocks for every sequence at full length, and one spare.
+    const std::uint64_t blocks =
+        std::uint64_t{concurrency} * cpu_kv_blocks_for(sizing.max_context) + 1;
+    sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config());
+    EngineConfig config = cpu_engine_config(*model, sizing);
+    config.prefix_caching = false;
+    engine = make_cpu_engine(model, tokenizer, config);
+  } else {
+    // Random prompts share no prefix; the cache would only cost lookups.
+    engine = make_engine(model, tokenizer, sizing);
+  }
 
   std::mt19937 rng(concurrency);
   std::uniform_int_distribution<TokenId> token(0, model->config().vocab_size - 1);
@@ -101,7 +115,10 @@ void run_bench(const BenchOptions& options) {
   for (std::uint32_t b : options.concurrency)
     if (b == 0)
       throw std::invalid_argument("--concurrency sizes must be at least 1");
+  BenchOptions resolved = options;
+  resolved.device = resolve_device(options.device);
   auto model = Model::load(options.model);
+  auto tokenizer = load_tokenizer(*model);
   // A sequence holds the prompt and every generated token but the last.
   const std::uint64_t sequence = std::uint64_t{options.prompt_tokens} + options.gen_tokens + 1;
   if (sequence > model->config().context_length)
@@ -111,23 +128,25 @@ void run_bench(const BenchOptions& options) {
         " tokens; the model's holds " + std::to_string(model->config().context_length));
   // Warm-up, as llama.cpp's batched-bench does: the first pass pages the
   // mapped weights in, which no measured size should pay for.
-  BenchOptions warm_up = options;
+  BenchOptions warm_up = resolved;
   warm_up.prompt_tokens = std::min<std::uint32_t>(options.prompt_tokens, 16);
   warm_up.gen_tokens = 2;
-  run_one(model, warm_up, 1);
+  run_one(model, tokenizer, warm_up, 1);
   nlohmann::json results = nlohmann::json::array();
   if (!options.json) {
     // Every weight has been read once now; what is resident beyond the file
     // is the warm-up engine's buffers (freed) and the runtime.
-    std::printf("# %s: file %s, resident after load and warm-up %s\n", options.model.c_str(),
+    std::printf("# %s on %s: file %s, resident after load and warm-up %s\n", options.model.c_str(),
+                to_string(resolved.device),
                 human_bytes(std::filesystem::file_size(options.model)).c_str(),
                 human_bytes(resident_bytes()).c_str());
     std::printf("%6s %16s %16s\n", "B", "prefill tok/s", "decode tok/s");
   }
   for (std::uint32_t b : options.concurrency) {
-    BenchResult r = run_one(model, options, b);
+    BenchResult r = run_one(model, tokenizer, resolved, b);
     if (options.json)
-      results.push_back({{"concurrency", b},
+      results.push_back({{"device", to_string(resolved.device)},
+                         {"concurrency", b},
                          {"prefill_tok_s", r.prefill_tok_s},
                          {"decode_tok_s", r.decode_tok_s}});
     else
@@ -150,6 +169,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--concurrency", options->concurrency, "Batch sizes, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
+  add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_flag("--json", options->json, "Print a JSON array");
   cmd->callback([options] { run_bench(*options); });
 }

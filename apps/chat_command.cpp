@@ -33,6 +33,8 @@ struct ChatOptions {
   std::string system;
   std::string chat_template;
   std::uint64_t kv_cache_mb = 1024;
+  Device device = Device::Auto;
+  GpuMemory gpu_memory;
   std::uint32_t max_context = 0;
   bool show_prompt = false;
   SamplingParams params;
@@ -137,6 +139,8 @@ void run_chat(const ChatOptions& options, caf::actor_system& system) {
   ClusterOptions cluster_options;
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
   cluster_options.max_context = options.max_context;
+  cluster_options.device = options.device;
+  cluster_options.gpu_memory = options.gpu_memory;
   Cluster cluster{system, model, cluster_options};
   const Tokenizer& tokenizer = *cluster.tokenizer();
 
@@ -195,6 +199,7 @@ void add_chat_command(CLI::App& app) {
   add_chat_template_option(*cmd, options->chat_template);
   cmd->add_flag("--show-prompt", options->show_prompt,
                 "Print each rendered prompt on standard error");
+  add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache, MiB")
       ->check(at_least_one())
       ->capture_default_str();

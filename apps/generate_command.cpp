@@ -35,6 +35,8 @@ struct GenerateOptions {
   bool replicas_given = false;
   std::vector<std::string> workers;
   std::uint64_t kv_cache_mb = 1024;
+  Device device = Device::Auto;
+  GpuMemory gpu_memory;
   std::uint32_t max_context = 0;
   std::uint32_t max_in_flight = 64;
   double deadline_s = 0;
@@ -214,6 +216,8 @@ void run_generate(GenerateOptions& options, caf::actor_system& system) {
   if (cluster_options.replicas == 0 && options.workers.empty())
     throw std::invalid_argument("no engine: give --replicas or --worker");
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
+  cluster_options.device = options.device;
+  cluster_options.gpu_memory = options.gpu_memory;
   cluster_options.max_context = options.max_context;
   cluster_options.request.deadline = seconds_option(options.deadline_s);
   Cluster cluster{system, cluster_options};
@@ -263,6 +267,7 @@ void add_generate_command(CLI::App& app) {
                   "Seconds to wait for the workers to answer before giving up on them")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local replica, MiB")
       ->check(at_least_one())
       ->capture_default_str();

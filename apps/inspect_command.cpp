@@ -114,7 +114,7 @@ MemoryEstimate estimate_memory(const Model& model, std::uint64_t weight_bytes,
   const ModelConfig& m = model.config();
   MemoryEstimate estimate{};
   estimate.context = options.context == 0 ? m.context_length : options.context;
-  CpuEngineOptions engine;
+  EngineOptions engine;
   engine.max_context = estimate.context;
   // Whole blocks, as the pool allocates them.
   engine.kv_cache_bytes = cpu_kv_blocks_for(estimate.context) * cpu_kv_block_bytes(m);

@@ -115,4 +115,30 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& p, const std::string& m
   cmd.add_flag("--ignore-eos", p.ignore_eos, "Never stop at end-of-sequence");
 }
 
+void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory) {
+  device = Device::Auto;
+  cmd.add_option_function<std::string>(
+         "--device",
+         [&device](const std::string& name) {
+           auto parsed = parse_device(name);
+           if (!parsed)
+             throw CLI::ValidationError("--device", "expected cuda, cpu or auto, not " + name);
+           device = *parsed;
+         },
+         "Where local engines run: cuda, cpu, or auto (CUDA when a device is usable)")
+      ->default_str("auto");
+  cmd.add_option_function<std::string>(
+         "--gpu-memory",
+         [&gpu_memory](const std::string& text) {
+           try {
+             gpu_memory = parse_gpu_memory(text);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         "GPU memory a CUDA engine takes (weights, then KV cache): a fraction of the device's "
+         "memory in (0, 1], or MiB")
+      ->default_str("0.9");
+}
+
 } // namespace caflm::apps

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "caflm/engine/engine_options.hpp"
 #include "caflm/engine/log.hpp"
 #include "caflm/sampling/sampling_params.hpp"
 
@@ -37,6 +38,11 @@ void add_chat_template_option(CLI::App& cmd, std::string& name);
 /// --ignore-eos) to `cmd`, filling `params`, which must outlive the parse.
 void add_sampling_options(CLI::App& cmd, SamplingParams& params,
                           const std::string& max_tokens_help);
+
+/// Adds `--device cuda|cpu|auto` and `--gpu-memory` to `cmd`, filling
+/// `device` and `gpu_memory` (which must outlive the parse). The default is
+/// auto: CUDA when a device is usable, else the CPU (said once).
+void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory);
 
 /// Sets the log level unless `--log-level` chose one.
 void default_log_level(LogLevel level);

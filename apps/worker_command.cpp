@@ -16,6 +16,7 @@
 #include "caflm/actors/engine_core_actor.hpp"
 #include "caflm/actors/node_janitor.hpp"
 #include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/engine_factory.hpp"
 #include "caflm/engine/log.hpp"
 #include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
@@ -30,6 +31,8 @@ struct WorkerOptions {
   std::uint16_t port = 0;
   EngineLimits limits;
   std::uint64_t kv_cache_mb = 1024;
+  Device device = Device::Auto;
+  GpuMemory gpu_memory;
   std::uint32_t max_context = 0;
 };
 
@@ -54,9 +57,11 @@ void run_worker(const WorkerOptions& options) {
   default_log_level(LogLevel::Info);
   if (auto problem = validate(options.limits))
     throw std::invalid_argument(*problem);
-  CpuEngineOptions sizing;
+  EngineOptions sizing;
   sizing.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
   sizing.max_context = options.max_context;
+  sizing.device = resolve_device(options.device);
+  sizing.gpu_memory = options.gpu_memory;
   // Before the model loads, which can take a while: a port in use is an
   // error now, not after a minute of loading.
   check_port_free(options.host, options.port);
@@ -74,7 +79,7 @@ void run_worker(const WorkerOptions& options) {
   std::signal(SIGBUS, on_sigbus);
   caf::actor_system_config config;
   caf::actor_system system{configure(config)};
-  auto engine = spawn_cpu_engine(system, model, load_tokenizer(*model), options.limits, sizing);
+  auto engine = spawn_engine(system, model, load_tokenizer(*model), options.limits, sizing);
   auto port = system.middleman().publish(engine, options.port, options.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
@@ -121,6 +126,7 @@ void add_worker_command(CLI::App& app) {
                   "Requests waiting at most; beyond it, backpressure (at least 1)")
       ->check(at_least_one())
       ->capture_default_str();
+  add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache size in MiB (honoured)")
       ->check(at_least_one())
       ->capture_default_str();

@@ -287,14 +287,16 @@ TEST_CASE("bench --json prints one object per batch size") {
   TempDir dir;
   const fs::path model = dir / "bench.gguf";
   REQUIRE(make_small_model(model.string(), {"llama", "f32", "128", "3", {}}).exit_code == 0);
-  const auto out = parse_json(run_caflm({"bench", "--model", model.string(), "--prompt-tokens", "8",
-                                         "--gen-tokens", "4", "--concurrency", "1,2", "--json"}));
+  const auto out = parse_json(
+      run_caflm({"bench", "--model", model.string(), "--device", "cpu", "--prompt-tokens", "8",
+                 "--gen-tokens", "4", "--concurrency", "1,2", "--json"}));
   REQUIRE(out.is_array());
   REQUIRE(out.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) {
     INFO(out[i].dump());
     REQUIRE(out[i].is_object());
-    CHECK(out[i].size() == 3);
+    CHECK(out[i].size() == 4);
+    CHECK(out[i]["device"] == "cpu");
     CHECK(out[i]["concurrency"] == i + 1);
     for (const char* key : {"prefill_tok_s", "decode_tok_s"}) {
       REQUIRE(out[i].contains(key));
@@ -306,4 +308,37 @@ TEST_CASE("bench --json prints one object per batch size") {
                       "--gen-tokens");
   check_clean_failure(run_caflm({"bench", "--model", model.string(), "--concurrency", "2,0"}),
                       "concurrency");
+}
+
+TEST_CASE("--device auto falls back to the CPU saying so once; --device cuda never does") {
+  TempDir dir;
+  const fs::path model = dir / "device.gguf";
+  REQUIRE(make_small_model(model.string(), {"llama", "f32", "128", "3", {}}).exit_code == 0);
+  const Run automatic =
+      run_caflm({"generate", "--model", model.string(), "--replicas", "2", "--device", "auto",
+                 "--prompt", "Hello", "--max-tokens", "2", "--temperature", "0"});
+  INFO(describe(automatic));
+  REQUIRE(automatic.exit_code == 0);
+  const std::string fallback = "running on the CPU";
+  std::size_t said = 0;
+  for (std::size_t at = automatic.err.find(fallback); at != std::string::npos;
+       at = automatic.err.find(fallback, at + 1))
+    ++said;
+  const Run cuda = run_caflm({"generate", "--model", model.string(), "--device", "cuda", "--prompt",
+                              "Hello", "--max-tokens", "2", "--temperature", "0"});
+  if (said > 0) {
+    // No usable GPU here: once for two replicas, with the reason; and a
+    // demand for CUDA is an error that gives the same reason.
+    CHECK(said == 1);
+    CHECK(automatic.err.find("no usable CUDA device (") != std::string::npos);
+    check_clean_failure(cuda, "--device cuda: ");
+  } else {
+    INFO(describe(cuda));
+    CHECK(cuda.exit_code == 0);
+  }
+  check_clean_failure(
+      run_caflm({"generate", "--model", model.string(), "--device", "gpu", "--prompt", "Hello"}),
+      "expected cuda, cpu or auto");
+  check_clean_failure(run_caflm({"bench", "--model", model.string(), "--gpu-memory", "1.5"}),
+                      "--gpu-memory");
 }

@@ -44,7 +44,9 @@ struct Output {
 
 /// Runs `request` alone on a fresh engine of its own, driven directly.
 Output run_alone(const std::shared_ptr<const Model>& model, const GenerateRequest& request) {
-  auto engine = make_cpu_engine(model, cpu_engine_config(*model, {kKvCacheBytes}));
+  EngineOptions sizing;
+  sizing.kv_cache_bytes = kKvCacheBytes;
+  auto engine = make_cpu_engine(model, cpu_engine_config(*model, sizing));
   const Tokenizer& tokenizer = engine->tokenizer();
   GenerationRequest generation{request.id, request.prompt_tokens, request.params, {}};
   if (generation.prompt.empty())

@@ -28,7 +28,7 @@ constexpr std::size_t kBlockBytes = 2 * 2 * 16 * 32 * sizeof(float);
 
 TEST_CASE("the KV budget is honoured and the context cut to what it holds") {
   auto model = small_model(2048);
-  CpuEngineOptions options;
+  EngineOptions options;
   options.kv_cache_bytes = 40 * kBlockBytes + 100;
   EngineConfig config = cpu_engine_config(*model, options);
   // 40 blocks, not the 129 the model's context would want.
@@ -51,7 +51,7 @@ TEST_CASE("the KV budget is honoured and the context cut to what it holds") {
 
 TEST_CASE("a budget that holds no block, or sizes that overflow, are refused with a reason") {
   auto model = small_model(2048);
-  CpuEngineOptions options;
+  EngineOptions options;
   options.kv_cache_bytes = kBlockBytes - 1;
   try {
     (void)cpu_engine_config(*model, options);
@@ -63,7 +63,7 @@ TEST_CASE("a budget that holds no block, or sizes that overflow, are refused wit
 
 TEST_CASE("a header that claims an absurd context is cut to the KV budget") {
   auto model = small_model(UINT32_MAX);
-  CpuEngineOptions options;
+  EngineOptions options;
   options.kv_cache_bytes = 64 * kBlockBytes;
   EngineConfig config = cpu_engine_config(*model, options);
   CHECK(config.scheduler.max_context == 64 * 16);
@@ -73,7 +73,7 @@ TEST_CASE("a header that claims an absurd context is cut to the KV budget") {
 
 TEST_CASE("unseeded requests draw different seeds; seeded ones repeat") {
   auto model = small_model(256);
-  CpuEngineOptions options;
+  EngineOptions options;
   options.kv_cache_bytes = 200 * kBlockBytes;
   auto engine = make_cpu_engine(model, cpu_engine_config(*model, options));
   auto run = [&](std::optional<std::uint64_t> seed) {

@@ -36,7 +36,9 @@ TEST_CASE("prompts tokenize as llama.cpp tokenized them, with BOS") {
 
 TEST_CASE("greedy generation matches llama.cpp's tokens and top-5 log-probabilities") {
   auto model = Model::load(model_path);
-  auto engine = make_cpu_engine(model, cpu_engine_config(*model, {std::size_t{64} << 20}));
+  EngineOptions sizing;
+  sizing.kv_cache_bytes = std::size_t{64} << 20;
+  auto engine = make_cpu_engine(model, cpu_engine_config(*model, sizing));
   auto cases = expected_cases();
   REQUIRE(cases.size() > 0);
   // All cases run together in one engine: batching must not change them.

@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 
 #include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/engine_factory.hpp"
 #include "caflm/engine/inference_engine.hpp"
 #include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
@@ -118,16 +119,27 @@ void Cluster::start(std::shared_ptr<const Model> model) {
     if (!model)
       throw std::invalid_argument("local replicas need a model");
     tokenizer_ = load_tokenizer(*model);
-    CpuEngineOptions engine_options;
+    EngineOptions engine_options;
+    engine_options.device = resolve_device(options_.device);
     engine_options.kv_cache_bytes = options_.kv_cache_bytes;
+    engine_options.gpu_memory = options_.gpu_memory;
     engine_options.max_context = options_.max_context;
-    const EngineConfig config =
-        cpu_engine_config(*model, cpu_engine_options(options_.limits, engine_options));
-    check_available_memory(
-        double(cpu_engine_bytes(*model, config)) * options_.replicas,
-        fmt::format("the KV caches and buffers of {} replica(s)", options_.replicas));
-    for (std::uint32_t i = 0; i < options_.replicas; ++i)
-      local.push_back(make_cpu_engine(model, tokenizer_, config));
+    engine_options = engine_options_for(options_.limits, engine_options);
+    if (engine_options.device == Device::Cpu) {
+      const EngineConfig config = cpu_engine_config(*model, engine_options);
+      check_available_memory(
+          double(cpu_engine_bytes(*model, config)) * options_.replicas,
+          fmt::format("the KV caches and buffers of {} replica(s)", options_.replicas));
+    }
+    // CUDA replicas take the devices in turn and share each one's budget.
+    const std::size_t gpus = std::max<std::size_t>(cuda_device_count(), 1);
+    const std::size_t per_gpu = (options_.replicas + gpus - 1) / gpus;
+    engine_options.gpu_memory.fraction /= double(per_gpu);
+    engine_options.gpu_memory.bytes /= per_gpu;
+    for (std::uint32_t i = 0; i < options_.replicas; ++i) {
+      engine_options.gpu_index = static_cast<int>(i % gpus);
+      local.push_back(make_engine(model, tokenizer_, engine_options));
+    }
   }
   coordinator_ = spawn_coordinator(system_, options_.coordinator);
   for (auto& engine : local) {

@@ -36,6 +36,10 @@ struct ClusterOptions {
   /// the model's context; either way at most what the KV cache holds).
   std::size_t kv_cache_bytes = std::size_t{1} << 30;
   std::uint32_t max_context = 0;
+  /// Where local replicas run (CUDA replicas take the GPUs in turn), and
+  /// the share of each GPU that all its replicas together take.
+  Device device = Device::Cpu;
+  GpuMemory gpu_memory;
   CoordinatorConfig coordinator;
   RemoteEngineOptions remote;
   RequestOptions request;

@@ -10,7 +10,7 @@
 #include "caflm/actors/request_key.hpp"
 #include "caflm/actors/sink_watch.hpp"
 #include "caflm/actors/worker_actor.hpp"
-#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/engine_factory.hpp"
 #include "caflm/engine/inference_engine.hpp"
 #include "caflm/engine/log.hpp"
 #include "caflm/model/model.hpp"
@@ -390,22 +390,19 @@ std::optional<std::string> validate(const EngineLimits& limits) {
   return std::nullopt;
 }
 
-CpuEngineOptions cpu_engine_options(const EngineLimits& limits, CpuEngineOptions options) {
+EngineOptions engine_options_for(const EngineLimits& limits, EngineOptions options) {
   options.max_requests = std::max(options.max_requests, limits.max_concurrent);
   options.max_running = std::min(options.max_running, limits.max_concurrent);
   return options;
 }
 
-engine_core_actor spawn_cpu_engine(caf::actor_system& system, std::shared_ptr<const Model> model,
-                                   std::shared_ptr<const Tokenizer> tokenizer,
-                                   const EngineLimits& limits, const CpuEngineOptions& options) {
+engine_core_actor spawn_engine(caf::actor_system& system, std::shared_ptr<const Model> model,
+                               std::shared_ptr<const Tokenizer> tokenizer,
+                               const EngineLimits& limits, const EngineOptions& options) {
   if (auto problem = validate(limits))
     throw std::invalid_argument(*problem);
-  EngineConfig config = cpu_engine_config(*model, cpu_engine_options(limits, options));
-  check_available_memory(double(cpu_engine_bytes(*model, config)),
-                         "the engine's KV cache and buffers");
   std::shared_ptr<InferenceEngine> engine =
-      make_cpu_engine(std::move(model), std::move(tokenizer), config);
+      make_engine(std::move(model), std::move(tokenizer), engine_options_for(limits, options));
   return spawn_engine_core(system, std::move(engine), limits);
 }
 

@@ -8,7 +8,7 @@
 
 #include <caf/fwd.hpp>
 
-#include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/engine_options.hpp"
 #include "caflm/messages/interfaces.hpp"
 
 namespace caflm {
@@ -54,17 +54,16 @@ engine_core_actor spawn_engine_core(caf::actor_system& system,
                                     std::shared_ptr<InferenceEngine> engine,
                                     const EngineLimits& limits, WorkerFactory make_worker);
 
-/// An engine core running `model` on the CPU, sized by `options` (its
+/// An engine core running `model` on `options.device`, sized by `options` (its
 /// request slots at least `limits.max_concurrent`); `tokenizer` is the
 /// model's (see load_tokenizer). Throws before spawning anything when the
 /// engine cannot be built.
-engine_core_actor spawn_cpu_engine(caf::actor_system& system, std::shared_ptr<const Model> model,
-                                   std::shared_ptr<const Tokenizer> tokenizer,
-                                   const EngineLimits& limits,
-                                   const CpuEngineOptions& options = {});
+engine_core_actor spawn_engine(caf::actor_system& system, std::shared_ptr<const Model> model,
+                               std::shared_ptr<const Tokenizer> tokenizer,
+                               const EngineLimits& limits, const EngineOptions& options = {});
 
-/// The engine options `spawn_cpu_engine` uses for `limits`: request slots
+/// The engine options `spawn_engine` uses for `limits`: request slots
 /// for every concurrent request.
-CpuEngineOptions cpu_engine_options(const EngineLimits& limits, CpuEngineOptions options);
+EngineOptions engine_options_for(const EngineLimits& limits, EngineOptions options);
 
 } // namespace caflm

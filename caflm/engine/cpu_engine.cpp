@@ -52,7 +52,7 @@ std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens) {
   return (tokens + kCpuKvBlockSize - 1) / kCpuKvBlockSize;
 }
 
-EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& options) {
+EngineConfig cpu_engine_config(const Model& model, const EngineOptions& options) {
   const ModelConfig& m = model.config();
   EngineConfig config;
   SchedulerConfig& s = config.scheduler;

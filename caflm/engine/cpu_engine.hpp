@@ -5,25 +5,13 @@
 #include <memory>
 #include <string>
 
+#include "caflm/engine/engine_options.hpp"
 #include "caflm/engine/inference_engine.hpp"
 
 namespace caflm {
 
 class Model;
 struct ModelConfig;
-
-/// What an operator sizes a CPU engine by.
-struct CpuEngineOptions {
-  /// Bytes for the KV cache (every layer's K and V). Honoured: the engine
-  /// gets the blocks that fit, and its context is cut to what they hold.
-  std::size_t kv_cache_bytes = std::size_t{1} << 30;
-  /// Longest sequence (prompt and reply) the engine accepts; 0 for the
-  /// model's context. Either way at most what the KV cache holds.
-  std::uint32_t max_context = 0;
-  /// Request slots, and sequences that run at once.
-  std::uint32_t max_requests = 64;
-  std::uint32_t max_running = 32;
-};
 
 /// Tokens per KV block of a CPU engine.
 inline constexpr std::uint32_t kCpuKvBlockSize = 16;
@@ -39,7 +27,7 @@ std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens);
 /// Engine sizing for `model` on the CPU. Throws std::invalid_argument,
 /// saying what one block takes, when the KV budget holds not a single
 /// block, and when a size computed from the model's header overflows.
-EngineConfig cpu_engine_config(const Model& model, const CpuEngineOptions& options = {});
+EngineConfig cpu_engine_config(const Model& model, const EngineOptions& options = {});
 
 /// Bytes the large buffers of a CPU engine of `config` take (KV cache,
 /// request table, step scratch), to check a cluster against the machine's
