@@ -422,6 +422,16 @@ TEST_CASE("usage on the last event counts prompt, completion and cached prompt t
   const TokenEvent third = run(3, partial);
   CHECK(third.cached_prompt_tokens == 2 * block);
   CHECK(engine->load().prefix_hit_rate > 0.0);
+
+  // The totals a metrics endpoint exports: prompt and generated tokens, and
+  // the prefix cache's lookups and hits in tokens.
+  const LoadReport totals = engine->load();
+  CHECK(totals.prompt_tokens == 3 * 37);
+  CHECK(totals.generated_tokens == 3 * 7);
+  CHECK(totals.prefix_hit_tokens == second.cached_prompt_tokens + third.cached_prompt_tokens);
+  CHECK(totals.prefix_queried_tokens >= totals.prefix_hit_tokens + 36 / block * block);
+  CHECK(totals.prefix_queried_tokens % block == 0);
+  CHECK(totals.preemptions == 0);
 }
 
 TEST_CASE("add refuses bad requests and keeps serving") {
@@ -568,7 +578,13 @@ TEST_CASE("running out of KV blocks preempts without changing tokens; a request 
   auto engine = make_cpu_engine(model, tight);
   for (const auto& request : requests)
     REQUIRE_FALSE(engine->add(request));
-  auto streams = run_until_idle(*engine);
+  std::uint64_t preempted = 0;
+  // Before each step: what the previous one preempted; then the last's.
+  auto streams =
+      run_until_idle(*engine, [&](int) { preempted += engine->last_preempted().size(); });
+  preempted += engine->last_preempted().size();
+  CHECK(preempted > 0);
+  CHECK(engine->load().preemptions == preempted);
   REQUIRE(streams.size() == requests.size());
   for (const auto& request : requests) {
     INFO("request " << request.id);

@@ -125,6 +125,7 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
     active.stops.push(active.detokenizer.push(token));
   active.generated = static_cast<std::uint32_t>(active.request.generated.size());
   std::uint64_t id = active.request.id;
+  prompt_tokens_total_ += active.request.prompt.size();
   requests_.emplace(id, std::move(active));
   return std::nullopt;
 }
@@ -147,6 +148,11 @@ LoadReport InferenceEngine::load() const {
   std::uint64_t looked_up = cache_.hits() + cache_.misses();
   load.prefix_hit_rate = looked_up == 0 ? 0.0 : double(cache_.hits()) / double(looked_up);
   load.score = load_score(load.running, load.waiting);
+  load.preemptions = preemptions_total_;
+  load.prompt_tokens = prompt_tokens_total_;
+  load.generated_tokens = generated_tokens_total_;
+  load.prefix_hit_tokens = cache_.hits() * config_.scheduler.block_size;
+  load.prefix_queried_tokens = (cache_.hits() + cache_.misses()) * config_.scheduler.block_size;
   return load;
 }
 
@@ -171,6 +177,7 @@ std::vector<TokenEvent> InferenceEngine::step() {
   }
   for (std::uint32_t i = 0; i < plan_.preempted_count; ++i)
     preempted_.push_back(table_.view(plan_.preempted[i]).request_id);
+  preemptions_total_ += plan_.preempted_count;
   for (std::uint32_t i = 0; i < plan_.unfittable_count; ++i) {
     const RequestView view = table_.view(plan_.unfittable[i]);
     auto it = requests_.find(view.request_id);
@@ -333,6 +340,7 @@ void InferenceEngine::accept_sample(Active& active, const SampleResult& sampled,
   }
   (void)table_.append_token(active.slot, sampled.token);
   ++active.generated;
+  ++generated_tokens_total_;
 
   TokenEvent event;
   event.request_id = active.request.id;

@@ -112,6 +112,16 @@ struct LoadReport {
   double prefix_hit_rate = 0.0;
   /// load_score(running, waiting): lower is better.
   double score = 0.0;
+  // Totals since the engine started (Prometheus counters).
+  /// Requests preempted to free KV blocks.
+  std::uint64_t preemptions = 0;
+  /// Prompt tokens of admitted requests, and tokens generated.
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  /// Tokens looked up in the prefix cache (whole blocks of admitted
+  /// prompts), and those found there.
+  std::uint64_t prefix_queried_tokens = 0;
+  std::uint64_t prefix_hit_tokens = 0;
 };
 
 /// How loaded an engine is for routing: a waiting request counts four
@@ -207,6 +217,10 @@ class InferenceEngine {
   std::vector<RaggedTopLogprob> sample_top_;
   std::vector<TokenId> window_scratch_;
   std::vector<std::uint64_t> preempted_;
+  // Totals for LoadReport.
+  std::uint64_t preemptions_total_ = 0;
+  std::uint64_t prompt_tokens_total_ = 0;
+  std::uint64_t generated_tokens_total_ = 0;
   std::unordered_map<std::uint64_t, Active> requests_;
 };
 
