@@ -69,7 +69,8 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
     config.prefix_caching = false;
     engine = make_cpu_engine(model, tokenizer, config);
   } else {
-    // Random prompts share no prefix; the cache would only cost lookups.
+    // The GPU's KV cache comes from --gpu-memory. Prefix caching stays on:
+    // random prompts never hit it.
     engine = make_engine(model, tokenizer, sizing);
   }
 

@@ -285,6 +285,19 @@ CudaModelRunner::Impl::Impl(std::shared_ptr<const Model> model_in,
                              std::to_string(free_bytes >> 20) + " MiB free");
 
   plan = plan_weight_upload(model->weights());
+  // Every matrix the kernels cannot take is refused now, by name, rather
+  // than failing every step.
+  for (const WeightUpload& tensor : plan.tensors)
+    if (tensor.matrix) {
+      try {
+        (void)plan_gemm_launch(tensor.type, 1, tensor.rows, tensor.cols);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("the CUDA runner cannot use " + tensor.name + ": " + e.what());
+      }
+    }
+  if (!embedding_gather_supports(plan.find("token_embd")->type))
+    throw std::invalid_argument("the CUDA runner cannot gather token_embd rows of type " +
+                                std::string(to_string(plan.find("token_embd")->type)));
   const std::uint64_t workspace = cuda_workspace_bytes(config, options);
   const std::uint64_t block_bytes = kv_block_bytes(
       config.n_layers, config.n_kv_heads, config.head_dim, options.block_size, sizeof(float));
