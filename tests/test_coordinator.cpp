@@ -1,8 +1,9 @@
 // DpCoordinatorActor on CAF's deterministic scheduler, with stand-in engines
 // whose reported load the test sets: least loaded by score, round robin on
-// ties, optimistic counting between polls, prefix affinity within the
-// margin, engines going down, deregistering and coming back; and the
-// routing key request actors ask with.
+// ties, optimistic counting between polls, affinity by the prompt's KV block
+// key chain within the margin (longest match, hot prefixes spread, salt,
+// short prompts, text prompts, bounded memory), engines going down,
+// deregistering and coming back; and what request actors ask with.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -14,6 +15,7 @@
 
 #include "caflm/actors/dp_coordinator_actor.hpp"
 #include "caflm/actors/request_actor.hpp"
+#include "caflm/kv/prefix_cache.hpp"
 #include "caflm/messages/type_registry.hpp"
 #include "support/actor_harness.hpp"
 
@@ -50,12 +52,44 @@ LoadReport load_of(std::uint32_t running, std::uint32_t waiting) {
   return load;
 }
 
+constexpr std::uint32_t kBlock = 16;
+constexpr std::uint64_t kSalt = 0x5eed;
+
+/// `blocks` full blocks of tokens, all derived from `seed`: equal seeds give
+/// equal tokens, different seeds different ones in every block.
+std::vector<TokenId> tokens_of(std::uint64_t seed, std::size_t blocks) {
+  std::vector<TokenId> tokens(blocks * kBlock);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<TokenId>((seed * 7919 + i * 31) % 50000);
+  return tokens;
+}
+
+/// `prefix` followed by `suffix`.
+std::vector<TokenId> concat(std::vector<TokenId> prefix, const std::vector<TokenId>& suffix) {
+  prefix.insert(prefix.end(), suffix.begin(), suffix.end());
+  return prefix;
+}
+
+GenerateRequest request_with(std::vector<TokenId> tokens) {
+  GenerateRequest request;
+  request.prompt_tokens = std::move(tokens);
+  return request;
+}
+
+CoordinatorConfig test_config() {
+  CoordinatorConfig config;
+  config.poll_interval = std::chrono::milliseconds(100);
+  config.affinity_margin = 4.0;
+  config.block_size = kBlock;
+  config.cache_salt = kSalt;
+  return config;
+}
+
 struct CoordinatorFixture {
-  CoordinatorFixture()
+  explicit CoordinatorFixture(CoordinatorConfig c = test_config())
     : sys(init(cfg))
-    , sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {
-    config.poll_interval = std::chrono::milliseconds(100);
-    config.affinity_margin = 4.0;
+    , sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler()))
+    , config(c) {
     coordinator = spawn_coordinator(sys, config);
     sched.run();
   }
@@ -97,15 +131,20 @@ struct CoordinatorFixture {
     sched.run();
   }
 
-  /// Asks for an engine for `hash`, avoiding `avoid` (an index in
-  /// `engines`, or -1 for none); returns its index in `engines`, or -1 for
-  /// an invalid handle.
-  int route(std::uint64_t hash, int avoid = -1) {
+  /// Asks for an engine for a prompt of one block derived from `prefix`
+  /// (equal for equal numbers, sharing no block otherwise), avoiding
+  /// `avoid` (an index in `engines`, or -1 for none); returns its index in
+  /// `engines`, or -1 for an invalid handle.
+  int route(std::uint64_t prefix, int avoid = -1) {
+    return route(request_with(tokens_of(prefix, 1)), avoid);
+  }
+
+  int route(const GenerateRequest& request, int avoid = -1) {
     auto answer = std::make_shared<std::optional<engine_core_actor>>();
     engine_core_actor avoided =
         avoid >= 0 ? engines[static_cast<std::size_t>(avoid)] : engine_core_actor{};
     sys.spawn([=, coordinator = coordinator](caf::event_based_actor* self) {
-      self->request(coordinator, caf::infinite, route_atom::value, hash, avoided)
+      self->request(coordinator, caf::infinite, route_atom::value, request, avoided)
           .then([answer](const engine_core_actor& engine) { *answer = engine; });
     });
     sched.run();
@@ -223,8 +262,8 @@ TEST_CASE("routes made while a poll is answered stay counted until a report can 
   for (int i = 0; i < 4; ++i) {
     auto answer = std::make_shared<std::optional<engine_core_actor>>();
     auto router = f.sys.spawn([=, coordinator = f.coordinator](caf::event_based_actor* self) {
-      self->request(coordinator, caf::infinite, route_atom::value, std::uint64_t(500 + i),
-                    engine_core_actor{})
+      self->request(coordinator, caf::infinite, route_atom::value,
+                    request_with(tokens_of(500 + i, 1)), engine_core_actor{})
           .then([answer](const engine_core_actor& engine) { *answer = engine; });
     });
     f.sched.prioritize(router);
@@ -326,16 +365,254 @@ TEST_CASE("an engine that goes down is dropped, and one registered again is used
   }
 }
 
+TEST_CASE("prefix_block_keys are the prefix cache's own keys, chained and salted") {
+  const std::vector<TokenId> tokens = concat(tokens_of(1, 3), {7, 8, 9});
+  std::vector<std::uint64_t> keys;
+  prefix_block_keys(tokens.data(), tokens.size(), kBlock, kSalt, keys);
+  // Whole blocks only: the three trailing tokens make no key.
+  REQUIRE(keys.size() == 3);
+
+  SECTION("as the cache computes them when it publishes the prompt") {
+    static std::vector<std::uint64_t> computed;
+    computed.clear();
+    auto recording_hash = [](std::uint64_t parent, const TokenId* block, std::uint32_t count,
+                             std::uint64_t salt) {
+      computed.push_back(PrefixCache::default_hash(parent, block, count, salt));
+      return computed.back();
+    };
+    BlockPool pool(4);
+    PrefixCache cache(4, kBlock, kSalt, recording_hash);
+    std::vector<BlockId> blocks;
+    for (int i = 0; i < 4; ++i)
+      blocks.push_back(*pool.allocate());
+    REQUIRE(cache.publish(tokens.data(), tokens.size(), blocks.data(), 4, pool) == 3);
+    CHECK(computed == keys);
+  }
+
+  SECTION("a key names its whole prefix, not only its own block") {
+    // The same second block after a different first one.
+    std::vector<TokenId> other = tokens;
+    other[0] += 1;
+    std::vector<std::uint64_t> other_keys;
+    prefix_block_keys(other.data(), other.size(), kBlock, kSalt, other_keys);
+    REQUIRE(other_keys.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(other_keys[i] != keys[i]);
+  }
+
+  SECTION("chains differ by salt") {
+    std::vector<std::uint64_t> same;
+    prefix_block_keys(tokens.data(), tokens.size(), kBlock, kSalt, same);
+    CHECK(same == keys);
+    std::vector<std::uint64_t> salted;
+    prefix_block_keys(tokens.data(), tokens.size(), kBlock, kSalt + 1, salted);
+    REQUIRE(salted.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(salted[i] != keys[i]);
+  }
+
+  SECTION("a prompt shorter than one block has no key") {
+    prefix_block_keys(tokens.data(), kBlock - 1, kBlock, kSalt, keys);
+    CHECK(keys.empty());
+  }
+}
+
+TEST_CASE("requests sharing a system prompt of whole blocks meet on one engine") {
+  const std::vector<TokenId> system = tokens_of(10, 3);
+  const GenerateRequest first = request_with(concat(system, {1, 2, 3, 4, 5}));
+  const GenerateRequest second = request_with(concat(system, tokens_of(11, 2)));
+
+  SECTION("with prefix routing") {
+    CoordinatorFixture f;
+    f.add_engines(2);
+    f.poll();
+    const int home = f.route(first);
+    REQUIRE(home >= 0);
+    f.poll(); // loads equal again: only the prefix tells the engines apart
+    CHECK(f.route(second) == home);
+    // Even a little busier than the other engine.
+    f.logs[static_cast<std::size_t>(home)]->load = load_of(2, 0);
+    f.poll();
+    CHECK(f.route(first) == home);
+    // Another prompt goes to the least loaded.
+    CHECK(f.route(request_with(tokens_of(12, 3))) == 1 - home);
+  }
+
+  SECTION("without it, the baseline, by load and round robin alone") {
+    CoordinatorConfig config = test_config();
+    config.prefix_routing = false;
+    CoordinatorFixture f(config);
+    f.add_engines(2);
+    f.poll();
+    const int home = f.route(first);
+    f.poll();
+    CHECK(f.route(second) == 1 - home);
+  }
+}
+
+TEST_CASE("a request goes with the engine holding the longest prefix of its chain") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  const std::vector<TokenId> a = tokens_of(20, 1);
+  const std::vector<TokenId> b = tokens_of(21, 1);
+  const std::vector<TokenId> c = tokens_of(22, 1);
+  // Engine 0 gets [a]; then, while it is beyond the margin, engine 1 gets
+  // [a b c].
+  f.poll();
+  REQUIRE(f.route(request_with(a)) == 0);
+  f.logs[0]->load = load_of(0, 2); // score 8
+  f.poll();
+  REQUIRE(f.route(request_with(concat(concat(a, b), c))) == 1);
+  // Equal loads from here on.
+  f.logs[0]->load = load_of(0, 0);
+
+  SECTION("two blocks matched beat one") {
+    for (int i = 0; i < 3; ++i) {
+      f.poll();
+      CHECK(f.route(request_with(concat(concat(a, b), tokens_of(30 + i, 1)))) == 1);
+    }
+  }
+
+  SECTION("one block matched beats none") {
+    // Engine 1 gets a prompt of its own; one sharing a block with it follows.
+    f.logs[1]->load = load_of(0, 2);
+    f.poll();
+    REQUIRE(f.route(request_with(concat(tokens_of(40, 1), c))) == 0);
+    f.logs[1]->load = load_of(0, 0);
+    f.poll();
+    CHECK(f.route(request_with(concat(tokens_of(40, 1), tokens_of(41, 2)))) == 0);
+    f.poll();
+    CHECK(f.route(request_with(concat(concat(a, b), c))) == 1);
+  }
+
+  SECTION("equal matches go to the less loaded engine") {
+    f.logs[0]->load = load_of(1, 0);
+    f.poll();
+    // Both hold [a]; engine 0 scores 1, engine 1 scores 0. Round robin
+    // alone would pick engine 0 first.
+    CHECK(f.route(request_with(concat(a, tokens_of(50, 1)))) == 1);
+  }
+}
+
+TEST_CASE("a hot prefix spreads to the other engine beyond the load margin") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  f.poll();
+  const std::vector<TokenId> system = tokens_of(60, 3);
+  std::map<int, int> counts;
+  std::vector<int> order;
+  for (int i = 0; i < 20; ++i) {
+    order.push_back(f.route(request_with(concat(system, tokens_of(100 + i, 1)))));
+    ++counts[order.back()];
+  }
+  const int home = order.front();
+  const int other = 1 - home;
+  // Counted optimistically, home takes requests until it is the margin (4)
+  // above the idle engine: five. Then the other engine takes them, holds
+  // the prefix too, and the two share the rest by load.
+  for (int i = 0; i < 5; ++i)
+    CHECK(order[static_cast<std::size_t>(i)] == home);
+  CHECK(order[5] == other);
+  CHECK(counts == std::map<int, int>{{home, 10}, {other, 10}});
+
+  SECTION("by the engines' reported load too") {
+    f.logs[static_cast<std::size_t>(other)]->load = load_of(0, 0);
+    f.logs[static_cast<std::size_t>(home)]->load = load_of(1, 1); // 5: beyond the margin
+    f.poll();
+    CHECK(f.route(request_with(concat(system, {1}))) == other);
+    f.logs[static_cast<std::size_t>(other)]->load = load_of(0, 2); // 8
+    f.poll();
+    CHECK(f.route(request_with(concat(system, {2}))) == home);
+  }
+}
+
+TEST_CASE("requests without a common prefix balance by load") {
+  CoordinatorFixture f;
+  f.add_engines(3);
+  f.logs[0]->load = load_of(3, 0);
+  f.logs[1]->load = load_of(0, 0);
+  f.logs[2]->load = load_of(1, 0);
+  f.poll();
+  std::map<int, int> counts;
+  for (std::uint64_t i = 0; i < 8; ++i)
+    ++counts[f.route(request_with(tokens_of(200 + i, 4)))];
+  // Scores 3, 0, 1 plus what was routed: everyone ends at 4.
+  CHECK(counts == std::map<int, int>{{0, 1}, {1, 4}, {2, 3}});
+}
+
+TEST_CASE("a prompt shorter than one block gives no affinity") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  const std::vector<TokenId> whole = tokens_of(70, 1);
+  const std::vector<TokenId> short_prompt(whole.begin(), whole.end() - 1);
+  f.poll();
+  const int first = f.route(request_with(short_prompt));
+  f.poll();
+  CHECK(f.route(request_with(short_prompt)) == 1 - first);
+  // One whole block is enough.
+  f.poll();
+  const int home = f.route(request_with(whole));
+  f.poll();
+  CHECK(f.route(request_with(whole)) == home);
+}
+
+TEST_CASE("a prompt given only as text routes by its first bytes") {
+  CoordinatorFixture f;
+  f.add_engines(2);
+  const std::string system(300, 's');
+  GenerateRequest first;
+  first.prompt = system + " first question";
+  GenerateRequest second;
+  second.prompt = system + " second question";
+  GenerateRequest other;
+  other.prompt = "another system prompt";
+  f.poll();
+  const int home = f.route(first);
+  // The other engine less loaded, but within the margin.
+  f.logs[static_cast<std::size_t>(home)]->load = load_of(1, 0);
+  f.poll();
+  CHECK(f.route(second) == home);
+  CHECK(f.route(other) == 1 - home);
+}
+
+TEST_CASE("each engine remembers a bounded number of block keys") {
+  CoordinatorConfig config = test_config();
+  config.prefix_block_memory = 4;
+  CoordinatorFixture f(config);
+  f.add_engines(2);
+  // Engine 1 busy: engine 0 takes everything.
+  f.logs[1]->load = load_of(0, 3);
+  f.poll();
+  const std::vector<TokenId> kept = tokens_of(80, 3);
+  REQUIRE(f.route(request_with(kept)) == 0);
+  // Three more blocks: the first of `kept` stays, its deeper blocks go.
+  REQUIRE(f.route(request_with(tokens_of(81, 3))) == 0);
+  // Engine 0 a little busier (within the margin): only a held prefix keeps
+  // a request there.
+  f.logs[0]->load = load_of(1, 0);
+  f.logs[1]->load = load_of(0, 0);
+  f.poll();
+  CHECK(f.route(request_with(concat(tokens_of(80, 1), {5}))) == 0);
+  f.poll();
+  // Four blocks more: `kept` is gone.
+  f.logs[1]->load = load_of(0, 3);
+  f.poll();
+  REQUIRE(f.route(request_with(tokens_of(82, 4))) == 0);
+  f.logs[1]->load = load_of(0, 0);
+  f.poll();
+  CHECK(f.route(request_with(kept)) == 1);
+}
+
 namespace {
 
-/// A stand-in coordinator that records the prefix hash of each route and
-/// has no engine to give.
+/// A stand-in coordinator that records the requests it is asked to route
+/// and has no engine to give.
 dp_coordinator_actor::behavior_type
 recording_coordinator(dp_coordinator_actor::pointer,
-                      std::shared_ptr<std::vector<std::uint64_t>> hashes) {
+                      std::shared_ptr<std::vector<GenerateRequest>> routed) {
   return {
-      [hashes](route_atom, std::uint64_t hash, const engine_core_actor&) {
-        hashes->push_back(hash);
+      [routed](route_atom, const GenerateRequest& request, const engine_core_actor&) {
+        routed->push_back(request);
         return engine_core_actor{};
       },
       [](register_atom, const engine_core_actor&) {},
@@ -353,31 +630,27 @@ token_sink::behavior_type silent_sink() {
 
 } // namespace
 
-TEST_CASE("a request actor routes by its prompt's tokens when it has no text") {
+TEST_CASE("a request actor asks the coordinator with its prompt, text or tokens") {
   caf::actor_system_config cfg;
   caf::actor_system sys{CoordinatorFixture::init(cfg)};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  auto hashes = std::make_shared<std::vector<std::uint64_t>>();
-  auto coordinator = sys.spawn(recording_coordinator, hashes);
+  auto routed = std::make_shared<std::vector<GenerateRequest>>();
+  auto coordinator = sys.spawn(recording_coordinator, routed);
   auto sink = sys.spawn(silent_sink);
 
   GenerateRequest text;
   text.prompt = "You are a helpful assistant.";
-  GenerateRequest tokens_a;
-  tokens_a.prompt_tokens = {1, 2, 3, 4};
-  GenerateRequest tokens_b;
-  tokens_b.prompt_tokens = {1, 2, 3, 5};
+  GenerateRequest tokens;
+  tokens.prompt_tokens = tokens_of(90, 2);
   std::vector<request_actor> requests;
-  for (const GenerateRequest& request : {text, tokens_a, tokens_a, tokens_b})
+  for (const GenerateRequest& request : {text, tokens})
     requests.push_back(spawn_request(sys, coordinator, request, sink));
   sched.run();
 
-  REQUIRE(hashes->size() == 4);
-  CHECK((*hashes)[0] == prefix_hash(text.prompt));
-  // The same tokens share a key (affinity), different tokens do not.
-  CHECK((*hashes)[1] == (*hashes)[2]);
-  CHECK((*hashes)[1] != (*hashes)[3]);
-  CHECK((*hashes)[1] != prefix_hash(""));
+  REQUIRE(routed->size() == 2);
+  CHECK((*routed)[0].prompt == text.prompt);
+  CHECK((*routed)[0].prompt_tokens.empty());
+  CHECK((*routed)[1].prompt_tokens == tokens.prompt_tokens);
 
   for (auto& request : requests)
     caf::anon_send_exit(request, caf::exit_reason::user_shutdown);

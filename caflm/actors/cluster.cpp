@@ -141,7 +141,12 @@ void Cluster::start(std::shared_ptr<const Model> model) {
       local.push_back(make_engine(model, tokenizer_, engine_options));
     }
   }
-  coordinator_ = spawn_coordinator(system_, options_.coordinator);
+  // The coordinator routes by the engines' own prefix cache keys, which
+  // the model salts.
+  CoordinatorConfig coordinator_config = options_.coordinator;
+  if (model)
+    coordinator_config.cache_salt = model->cache_salt();
+  coordinator_ = spawn_coordinator(system_, coordinator_config);
   for (auto& engine : local) {
     engines_.push_back(spawn_engine_core(system_, std::move(engine), options_.limits));
     caf::anon_send(coordinator_, register_atom::value, engines_.back());

@@ -1,18 +1,127 @@
 #include "caflm/actors/dp_coordinator_actor.hpp"
 
 #include <algorithm>
-#include <deque>
 #include <limits>
-#include <unordered_set>
+#include <stdexcept>
 #include <xxhash.h>
 
 #include <caf/all.hpp>
 
+#include "caflm/engine/cuda_engine.hpp"
 #include "caflm/engine/log.hpp"
+#include "caflm/kv/prefix_cache.hpp"
 
 namespace caflm {
 
+// The default block size serves both backends; a mixed cluster would need
+// one per engine.
+static_assert(kCpuKvBlockSize == kCudaKvBlockSize, "CPU and CUDA engines key blocks alike");
+
 namespace {
+
+/// A bounded set of block keys, the least recently touched forgotten first.
+/// Its storage is taken on the first touch, then nothing allocates.
+class BlockKeyLru {
+ public:
+  explicit BlockKeyLru(std::uint32_t capacity)
+    : capacity_(capacity) {}
+
+  bool contains(std::uint64_t key) const { return !map_.empty() && find_slot(key) != none; }
+
+  /// Adds `key`, or marks it most recently used when present.
+  void touch(std::uint64_t key) {
+    if (capacity_ == 0)
+      return;
+    if (map_.empty())
+      allocate();
+    if (std::uint32_t slot = find_slot(key); slot != none) {
+      unlink(map_[slot]);
+      push_back(map_[slot]);
+      return;
+    }
+    std::uint32_t node;
+    if (size_ < capacity_) {
+      node = size_++;
+    } else {
+      node = head_;
+      map_erase(find_slot(nodes_[node].key));
+      unlink(node);
+    }
+    nodes_[node].key = key;
+    push_back(node);
+    std::uint32_t slot = home_slot(key);
+    while (map_[slot] != none)
+      slot = (slot + 1) & mask_;
+    map_[slot] = node;
+  }
+
+ private:
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+
+  struct Node {
+    std::uint64_t key = 0;
+    std::uint32_t prev = none;
+    std::uint32_t next = none;
+  };
+
+  void allocate() {
+    // At most half full, so probe sequences stay short.
+    std::uint32_t slots = 2;
+    while (slots < 2 * capacity_)
+      slots *= 2;
+    nodes_.resize(capacity_);
+    map_.assign(slots, none);
+    mask_ = slots - 1;
+  }
+
+  std::uint32_t home_slot(std::uint64_t key) const {
+    // Keys are hashes already: their bits are uniform.
+    return static_cast<std::uint32_t>(key ^ (key >> 32)) & mask_;
+  }
+
+  std::uint32_t find_slot(std::uint64_t key) const {
+    for (std::uint32_t slot = home_slot(key); map_[slot] != none; slot = (slot + 1) & mask_)
+      if (nodes_[map_[slot]].key == key)
+        return slot;
+    return none;
+  }
+
+  void map_erase(std::uint32_t hole) {
+    // Backward-shift deletion keeps every probe sequence unbroken.
+    for (std::uint32_t slot = (hole + 1) & mask_; map_[slot] != none; slot = (slot + 1) & mask_) {
+      const std::uint32_t home = home_slot(nodes_[map_[slot]].key);
+      const bool home_in_gap =
+          hole <= slot ? (hole < home && home <= slot) : (hole < home || home <= slot);
+      if (home_in_gap)
+        continue;
+      map_[hole] = map_[slot];
+      hole = slot;
+    }
+    map_[hole] = none;
+  }
+
+  void unlink(std::uint32_t node) {
+    Node& n = nodes_[node];
+    (n.prev != none ? nodes_[n.prev].next : head_) = n.next;
+    (n.next != none ? nodes_[n.next].prev : tail_) = n.prev;
+    n.prev = n.next = none;
+  }
+
+  void push_back(std::uint32_t node) {
+    nodes_[node].prev = tail_;
+    nodes_[node].next = none;
+    (tail_ != none ? nodes_[tail_].next : head_) = node;
+    tail_ = node;
+  }
+
+  std::uint32_t capacity_;
+  std::uint32_t size_ = 0;
+  std::vector<Node> nodes_;        // [capacity]
+  std::vector<std::uint32_t> map_; // open addressing, linear probing; node index or none
+  std::uint32_t mask_ = 0;
+  std::uint32_t head_ = none; // least recently used
+  std::uint32_t tail_ = none;
+};
 
 struct EngineEntry {
   engine_core_actor engine;
@@ -22,22 +131,31 @@ struct EngineEntry {
   /// difference counts optimistically until a later report covers it.
   std::uint64_t routed = 0;
   std::uint64_t routed_in_load = 0;
-  /// Recent prompt-prefix hashes, oldest first, bounded.
-  std::deque<std::uint64_t> prefix_order;
-  std::unordered_set<std::uint64_t> prefixes;
+  /// Block keys of the prompts routed here: what its prefix cache is
+  /// likely to hold.
+  BlockKeyLru blocks;
+
+  explicit EngineEntry(engine_core_actor handle, std::uint32_t block_memory)
+    : engine(std::move(handle))
+    , blocks(block_memory) {}
 
   double score() const {
     return load_score(load.running, load.waiting) + static_cast<double>(routed - routed_in_load);
   }
 
-  void remember(std::uint64_t hash, std::uint32_t capacity) {
-    if (!prefixes.insert(hash).second)
-      return;
-    prefix_order.push_back(hash);
-    if (prefix_order.size() > capacity) {
-      prefixes.erase(prefix_order.front());
-      prefix_order.pop_front();
-    }
+  /// How many leading keys of `chain` this engine holds.
+  std::size_t matched(const std::vector<std::uint64_t>& chain) const {
+    std::size_t count = 0;
+    while (count < chain.size() && blocks.contains(chain[count]))
+      ++count;
+    return count;
+  }
+
+  void remember(const std::vector<std::uint64_t>& chain) {
+    // Deepest block first, so that the first blocks, which every longer
+    // prompt of this prefix shares, are the last to be forgotten.
+    for (auto key = chain.rbegin(); key != chain.rend(); ++key)
+      blocks.touch(*key);
   }
 };
 
@@ -46,6 +164,8 @@ struct CoordinatorState {
   std::vector<EngineEntry> engines;
   std::uint64_t routed = 0;
   std::size_t round_robin = 0;
+  /// The block key chain of the request being routed (reused).
+  std::vector<std::uint64_t> chain;
 
   static inline const char* name = "caflm.coordinator";
 };
@@ -82,7 +202,23 @@ void poll(coordinator_pointer self) {
   self->delayed_send(self, self->state.config.poll_interval, poll_atom::value);
 }
 
-engine_core_actor route(CoordinatorState& st, std::uint64_t hash, const engine_core_actor& avoid) {
+/// Fills `out` with the keys `request` routes by: its prompt's block key
+/// chain; for a prompt given only as text (the engine tokenizes it), one
+/// key hashing its first bytes; none without prefix routing.
+void routing_keys(const CoordinatorConfig& config, const GenerateRequest& request,
+                  std::vector<std::uint64_t>& out) {
+  out.clear();
+  if (!config.prefix_routing)
+    return;
+  if (!request.prompt_tokens.empty())
+    prefix_block_keys(request.prompt_tokens.data(), request.prompt_tokens.size(), config.block_size,
+                      config.cache_salt, out);
+  else if (!request.prompt.empty())
+    out.push_back(prefix_hash(request.prompt));
+}
+
+engine_core_actor route(CoordinatorState& st, const GenerateRequest& request,
+                        const engine_core_actor& avoid) {
   if (st.engines.empty())
     return {};
   // An engine that just failed the request is skipped while any other is
@@ -94,22 +230,33 @@ engine_core_actor route(CoordinatorState& st, std::uint64_t hash, const engine_c
   for (const EngineEntry& e : st.engines)
     if (eligible(e))
       best = std::min(best, e.score());
-  // Round robin over the least loaded, unless an engine within the margin
-  // already holds this prefix.
+  routing_keys(st.config, request, st.chain);
+  // Candidates: the least loaded engines, and those within the margin that
+  // hold a prefix of the chain. The longest prefix wins, then the lower
+  // score, then the first in round-robin order.
   const std::size_t n = st.engines.size();
   EngineEntry* chosen = nullptr;
-  for (std::size_t i = 0; i < n && chosen == nullptr; ++i) {
+  std::size_t chosen_match = 0;
+  double chosen_score = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
     EngineEntry& e = st.engines[(st.round_robin + i) % n];
-    if (eligible(e) && e.score() <= best + st.config.affinity_margin && e.prefixes.count(hash) != 0)
+    if (!eligible(e))
+      continue;
+    const double score = e.score();
+    if (score > best + st.config.affinity_margin)
+      continue;
+    const std::size_t match = e.matched(st.chain);
+    if (match == 0 && score > best)
+      continue;
+    if (chosen == nullptr || match > chosen_match ||
+        (match == chosen_match && score < chosen_score)) {
       chosen = &e;
-  }
-  for (std::size_t i = 0; i < n && chosen == nullptr; ++i) {
-    EngineEntry& e = st.engines[(st.round_robin + i) % n];
-    if (eligible(e) && e.score() <= best)
-      chosen = &e;
+      chosen_match = match;
+      chosen_score = score;
+    }
   }
   st.round_robin = (st.round_robin + 1) % n;
-  chosen->remember(hash, st.config.prefix_memory);
+  chosen->remember(st.chain);
   ++chosen->routed;
   ++st.routed;
   return chosen->engine;
@@ -127,16 +274,13 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self, Coordinat
   });
   self->send(self, poll_atom::value);
   return {
-      [self](route_atom, std::uint64_t hash, const engine_core_actor& avoid) -> engine_core_actor {
-        return route(self->state, hash, avoid);
-      },
+      [self](route_atom, const GenerateRequest& request, const engine_core_actor& avoid)
+          -> engine_core_actor { return route(self->state, request, avoid); },
       [self](register_atom, const engine_core_actor& engine) {
         if (!engine || find(self->state, engine.address()) != self->state.engines.end())
           return;
         self->monitor(engine);
-        EngineEntry entry;
-        entry.engine = engine;
-        self->state.engines.push_back(std::move(entry));
+        self->state.engines.emplace_back(engine, self->state.config.prefix_block_memory);
       },
       [self](deregister_atom, const engine_core_actor& engine) {
         auto it = find(self->state, engine.address());
@@ -160,7 +304,24 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self, Coordinat
 } // namespace
 
 dp_coordinator_actor spawn_coordinator(caf::actor_system& system, const CoordinatorConfig& config) {
+  if (config.block_size == 0)
+    throw std::invalid_argument("the coordinator's block size must be at least one token");
   return system.spawn(coordinator, config);
+}
+
+void prefix_block_keys(const TokenId* tokens, std::size_t count, std::uint32_t block_size,
+                       std::uint64_t salt, std::vector<std::uint64_t>& out) {
+  out.clear();
+  if (block_size == 0)
+    throw std::invalid_argument("prefix_block_keys: the block size must be at least one token");
+  const std::size_t blocks = count / block_size;
+  out.reserve(blocks);
+  // The first block's parent key is 0, as in PrefixCache::lookup.
+  std::uint64_t parent = 0;
+  for (std::size_t i = 0; i < blocks; ++i) {
+    parent = PrefixCache::default_hash(parent, tokens + i * block_size, block_size, salt);
+    out.push_back(parent);
+  }
 }
 
 std::uint64_t prefix_hash(std::string_view prompt) {

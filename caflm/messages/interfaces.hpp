@@ -37,11 +37,12 @@ typename Inspector::result_type inspect(Inspector& f, CoordinatorStats& x) {
 }
 
 /// Spreads requests over engines by load and prefix affinity. `route`
-/// takes the request's prefix hash and an engine to avoid if any other is
-/// registered (one that just failed the request; an invalid handle for
-/// none), and answers an invalid handle when no engine is registered.
+/// takes the request (it routes by its prompt) and an engine to avoid if
+/// any other is registered (one that just failed the request; an invalid
+/// handle for none), and answers an invalid handle when no engine is
+/// registered.
 using dp_coordinator_actor = caf::typed_actor<
-    caf::replies_to<route_atom, std::uint64_t, engine_core_actor>::with<engine_core_actor>,
+    caf::replies_to<route_atom, GenerateRequest, engine_core_actor>::with<engine_core_actor>,
     caf::reacts_to<register_atom, engine_core_actor>,
     caf::reacts_to<deregister_atom, engine_core_actor>,
     caf::replies_to<stats_atom>::with<CoordinatorStats>>;

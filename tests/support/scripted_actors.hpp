@@ -144,7 +144,7 @@ struct CoordinatorScript {
 inline dp_coordinator_actor::behavior_type
 scripted_coordinator(dp_coordinator_actor::pointer, std::shared_ptr<CoordinatorScript> script) {
   return {
-      [script](route_atom, std::uint64_t, const engine_core_actor& avoid) {
+      [script](route_atom, const GenerateRequest&, const engine_core_actor& avoid) {
         script->avoided.push_back(avoid);
         if (script->engines.empty())
           return engine_core_actor{};
