@@ -277,6 +277,45 @@ TEST_CASE("backpressure from a healthy engine waits and retries for as long as i
   CHECK(f.user_log->errors.empty());
 }
 
+TEST_CASE("with max_backpressure_refusals, backpressure from every engine fails a request not "
+          "yet admitted, but never one that streamed") {
+  RequestFixture f;
+  f.options.max_backpressure_refusals = 2;
+  auto a = f.add_engine();
+  auto b = f.add_engine();
+  for (auto& e : {a, b}) {
+    e->answer = EngineScript::Answer::Refuse;
+    e->refusal = InferenceErrorCode::backpressure;
+  }
+  f.start(RequestFixture::make_request());
+  f.run_for(f.options.max_backoff);
+  // Both engines were asked once (the refused one is avoided next), then
+  // the backpressure reaches the user, to become an HTTP 429.
+  CHECK(a->added.size() == 1);
+  CHECK(b->added.size() == 1);
+  REQUIRE(f.user_log->errors.size() == 1);
+  CHECK(f.user_log->errors[0].code == InferenceErrorCode::backpressure);
+
+  // A request that streamed from an engine that then died waits for room
+  // however long: nothing it produced is given up for a full queue.
+  RequestFixture g;
+  g.options.max_backpressure_refusals = 1;
+  auto first = g.add_engine();
+  auto full = g.add_engine();
+  full->answer = EngineScript::Answer::Refuse;
+  full->refusal = InferenceErrorCode::backpressure;
+  g.start(RequestFixture::make_request());
+  g.stream(*first, 0, {chunk_of(7, 0, 0, {1, 2})});
+  first->answer = EngineScript::Answer::Refuse;
+  first->refusal = InferenceErrorCode::backpressure;
+  g.error(*first, 0, InferenceErrorCode::engine_fault);
+  for (int i = 0; i < 20; ++i)
+    g.run_for(g.options.max_backoff);
+  CHECK(g.user_log->errors.empty());
+  CHECK(full->added.size() + first->added.size() > 5);
+  CHECK(g.user_log->tokens() == std::vector<TokenId>{1, 2});
+}
+
 TEST_CASE("with no engine to take it, a request fails after the unavailable deadline") {
   RequestFixture f;
   f.start(RequestFixture::make_request());

@@ -22,6 +22,10 @@ struct RequestState {
   std::uint32_t attempt = 0;
   engine_core_actor engine;
   bool admitted = false;
+  /// Whether any engine ever admitted the request (it may have streamed).
+  bool ever_admitted = false;
+  /// Refusals for a full queue before the first admission.
+  std::uint32_t backpressure_refusals = 0;
   bool started = false;
   /// Attempts given up on that an engine may still run, to cancel again
   /// should their chunks arrive.
@@ -122,13 +126,25 @@ void on_admission(request_pointer self, const engine_core_actor& engine, std::ui
     return; // an attempt given up on already, and cancelled then
   if (admission.accepted) {
     st.admitted = true;
+    st.ever_admitted = true;
     st.backoff = std::chrono::milliseconds{0};
     st.unserved_since = self->clock().now();
     return;
   }
   const InferenceError& error = admission.error;
   if (error.code == InferenceErrorCode::backpressure) {
-    // A full queue is a healthy engine's answer: wait, and ask again.
+    // A caller that wants backpressure to reach its own client (an HTTP
+    // 429) gets it once every engine refused a request not started
+    // anywhere; a request that already streamed is never given up for it.
+    if (st.options.max_backpressure_refusals > 0 && !st.ever_admitted &&
+        ++st.backpressure_refusals >= st.options.max_backpressure_refusals) {
+      abandon(self, false);
+      fail(self, InferenceErrorCode::backpressure, error.message);
+      return;
+    }
+    // A full queue is a healthy engine's answer: try another, or wait and
+    // ask again.
+    st.avoid = st.engine;
     st.unserved_since = self->clock().now();
     st.last_problem = error.message;
     abandon(self, false);
@@ -174,24 +190,12 @@ void submit(request_pointer self, engine_core_actor engine) {
   self->delayed_send(self, st.options.admission_timeout, admission_timeout_atom::value, number);
 }
 
-/// The prefix hash the coordinator routes by: of the prompt's token ids
-/// when given (they win over the text), else of its text. Hashing only the
-/// text would give every token-id prompt the same key, and affinity would
-/// pile them onto one engine.
-std::uint64_t routing_key(const GenerateRequest& request) {
-  if (request.prompt_tokens.empty())
-    return prefix_hash(request.prompt);
-  return prefix_hash(std::string_view(reinterpret_cast<const char*>(request.prompt_tokens.data()),
-                                      request.prompt_tokens.size() * sizeof(TokenId)));
-}
-
 void route(request_pointer self) {
   auto& st = self->state;
   if (st.engine || st.routing)
     return;
   st.routing = true;
-  self->request(st.coordinator, std::chrono::seconds(5), route_atom::value, routing_key(st.request),
-                st.avoid)
+  self->request(st.coordinator, std::chrono::seconds(5), route_atom::value, st.request, st.avoid)
       .then(
           [self](const engine_core_actor& engine) {
             auto& st = self->state;

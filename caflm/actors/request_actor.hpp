@@ -38,6 +38,11 @@ struct RequestOptions {
   /// before it fails with the last problem: a request that brings down
   /// every engine it runs on must not take the whole cluster with it.
   std::uint32_t max_failovers = 8;
+  /// Refusals for a full queue (backpressure) after which a request that no
+  /// engine has admitted yet fails with `backpressure` instead of waiting;
+  /// zero: it waits, retrying with backoff, however long. A server sets it
+  /// to its number of engines, to answer 429 when every queue is full.
+  std::uint32_t max_backpressure_refusals = 0;
   /// The whole request's time limit, from its start: it then ends with
   /// `deadline_exceeded` (and is cancelled where it runs). Zero: none.
   std::chrono::milliseconds deadline{0};
