@@ -13,5 +13,7 @@ void add_bench_command(CLI::App& app);
 void add_worker_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_bench_serve_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 } // namespace caflm::apps

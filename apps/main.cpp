@@ -1,5 +1,5 @@
 // The `caflm` command: generate, chat, tokenize, template, inspect, bench,
-// make-test-model and worker.
+// make-test-model, worker and bench-serve.
 #include <cstdio>
 #include <exception>
 
@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   caflm::apps::add_worker_command(app);
   caflm::apps::add_inspect_command(app);
   caflm::apps::add_chat_command(app);
+  caflm::apps::add_serve_command(app);
+  caflm::apps::add_bench_serve_command(app);
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const std::exception& e) {

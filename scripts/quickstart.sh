@@ -9,7 +9,7 @@ build="${CAFLM_BUILD_DIR:-$here/build}"
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libcaf-dev catch2 libfmt-dev nlohmann-json3-dev libcpp-httplib-dev libboost-dev
+  libcaf-dev catch2 libfmt-dev nlohmann-json3-dev libcpp-httplib-dev libboost-dev zlib1g-dev
   libopenblas-dev libcli11-dev libxxhash-dev libbenchmark-dev python3 unicode-data
 )
 

@@ -61,3 +61,15 @@ caflm_add_test(test_chat_template caflm_text)
 caflm_add_test(test_cli_quantized caflm_model nlohmann_json::nlohmann_json)
 target_compile_definitions(test_cli_quantized PRIVATE CAFLM_BINARY="$<TARGET_FILE:caflm>")
 add_dependencies(test_cli_quantized caflm)
+caflm_add_test(test_openai_protocol caflm_server)
+caflm_add_test(test_bench_serve nlohmann_json::nlohmann_json)
+target_compile_definitions(test_bench_serve PRIVATE CAFLM_BINARY="$<TARGET_FILE:caflm>"
+  FAKE_OPENAI_SERVER="${CMAKE_CURRENT_SOURCE_DIR}/support/fake_openai_server.py")
+add_dependencies(test_bench_serve caflm)
+caflm_add_test(test_http_server caflm_server)
+caflm_add_test(test_metrics caflm_server)
+caflm_add_test(test_openai_server caflm_server)
+# caflm serve under the official openai npm client (installed by run.sh).
+add_test(NAME test_openai_client
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openai_client/run.sh $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/openai_client)

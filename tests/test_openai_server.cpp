@@ -1,0 +1,380 @@
+// `caflm serve`'s API end to end, in process: a cluster of one CPU replica
+// behind the OpenAI server, driven over real sockets with a plain HTTP
+// client. Every endpoint's shape, streaming against the same request not
+// streamed, errors with their statuses, a client that leaves mid-stream
+// (its request cancelled, seen through /metrics) and backpressure as 429.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "caflm/actors/cluster.hpp"
+#include "caflm/model/model.hpp"
+#include "caflm/server/openai_server.hpp"
+#include "support/model_harness.hpp"
+
+using namespace caflm;
+using json = nlohmann::json;
+namespace net = boost::asio;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+/// Bounds every wait, so a broken server fails instead of hanging; not a
+/// timing assertion.
+constexpr auto patience = std::chrono::seconds{30};
+
+caf::actor_system_config& threaded(caf::actor_system_config& cfg) {
+  add_message_types(cfg);
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  return cfg;
+}
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  std::string retry_after;
+  json parsed() const { return json::parse(body); }
+};
+
+/// One blocking client connection.
+struct Client {
+  explicit Client(std::uint16_t port) {
+    socket.connect({net::ip::make_address("127.0.0.1"), port});
+  }
+
+  void send(http::verb method, const std::string& target, const std::string& body,
+            const std::string& api_key = {}) {
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.set(http::field::content_type, "application/json");
+    if (!api_key.empty())
+      req.set(http::field::authorization, "Bearer " + api_key);
+    if (method == http::verb::post) {
+      req.body() = body;
+      req.prepare_payload();
+    }
+    http::write(socket, req);
+  }
+
+  Reply request(http::verb method, const std::string& target, const std::string& body = {},
+                const std::string& api_key = {}) {
+    send(method, target, body, api_key);
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(boost::none);
+    http::read(socket, buffer, parser);
+    auto response = parser.release();
+    return Reply{static_cast<int>(response.result_int()), response.body(),
+                 std::string(response[http::field::retry_after])};
+  }
+
+  net::io_context io;
+  tcp::socket socket{io};
+  boost::beast::flat_buffer buffer;
+};
+
+/// The JSON objects of an SSE body, and whether it ended with [DONE].
+std::vector<json> sse_events(const std::string& body, bool& done) {
+  std::vector<json> events;
+  done = false;
+  std::size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const std::size_t end = body.find("\n\n", at);
+    REQUIRE(end != std::string::npos);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    if (data == "[DONE]")
+      done = true;
+    else
+      events.push_back(json::parse(data));
+    at = end + 2;
+  }
+  return events;
+}
+
+/// A cluster of one replica and its server.
+struct ServerFixture {
+  explicit ServerFixture(EngineLimits limits = {}, std::string api_key = {},
+                         std::uint32_t context = 512)
+    : system(threaded(cfg)) {
+    RandomModelSpec spec = caflm::testing::small_random_spec("llama", 77);
+    spec.context_length = context;
+    model = caflm::testing::random_model(spec);
+    ClusterOptions options;
+    options.replicas = 1;
+    options.limits = limits;
+    options.kv_cache_bytes = std::size_t{16} << 20;
+    options.request.max_backpressure_refusals = 1;
+    cluster.emplace(system, model, options);
+    server::OpenAiServerOptions server_options;
+    server_options.served_model_name = "tiny";
+    server_options.api_key = std::move(api_key);
+    server_options.max_context = context;
+    server_options.http.port = 0;
+    server.emplace(system, *cluster, cluster->tokenizer(),
+                   ChatTemplate::builtin("chatml", model->file()), server_options);
+    server->start();
+  }
+
+  ~ServerFixture() {
+    server.reset();
+    cluster->shutdown();
+  }
+
+  Reply post(const std::string& path, const json& body, const std::string& key = {}) {
+    Client client{server->port()};
+    return client.request(http::verb::post, path, body.dump(), key);
+  }
+
+  Reply get(const std::string& path, const std::string& key = {}) {
+    Client client{server->port()};
+    return client.request(http::verb::get, path, {}, key);
+  }
+
+  /// The value of the metric line starting with `series` in /metrics.
+  double metric(const std::string& series) {
+    const std::string text = get("/metrics").body;
+    const std::size_t at = text.find("\n" + series + " ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+
+  /// Polls `series` until it equals `value`; false after `patience`.
+  bool metric_becomes(const std::string& series, double value) {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (metric(series) == value)
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  caf::actor_system_config cfg;
+  caf::actor_system system;
+  std::shared_ptr<const Model> model;
+  std::optional<Cluster> cluster;
+  std::optional<server::OpenAiServer> server;
+};
+
+json chat_body(std::uint32_t max_tokens) {
+  return json{{"model", "tiny"},
+              {"messages", json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                        {{"role", "user"}, {"content", "Say something."}}})},
+              {"max_tokens", max_tokens},
+              {"ignore_eos", true},
+              {"temperature", 0}};
+}
+
+} // namespace
+
+TEST_CASE("the OpenAI endpoints answer in OpenAI's shapes", "[openai_server]") {
+  ServerFixture f;
+  const Reply models = f.get("/v1/models");
+  REQUIRE(models.status == 200);
+  CHECK(models.parsed()["data"][0]["id"] == "tiny");
+  const Reply health = f.get("/health");
+  CHECK(health.status == 200);
+  CHECK(health.parsed()["status"] == "ok");
+
+  // Chat, n = 2 with a seed: two choices, each its own draw.
+  json body = chat_body(6);
+  body["temperature"] = 1.0;
+  body["seed"] = 11;
+  body["n"] = 2;
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  const Reply chat = f.post("/v1/chat/completions", body);
+  INFO(chat.body);
+  REQUIRE(chat.status == 200);
+  const json c = chat.parsed();
+  CHECK(c["object"] == "chat.completion");
+  REQUIRE(c["choices"].size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(c["choices"][i]["index"] == i);
+    CHECK(c["choices"][i]["message"]["role"] == "assistant");
+    CHECK(c["choices"][i]["finish_reason"] == "length");
+    const json& content = c["choices"][i]["logprobs"]["content"];
+    REQUIRE(content.size() == 6);
+    CHECK(content[0]["top_logprobs"].size() == 3);
+    CHECK(content[0]["logprob"].get<double>() <= 0.0);
+  }
+  CHECK(c["usage"]["completion_tokens"] == 12);
+  CHECK(c["usage"]["total_tokens"] ==
+        c["usage"]["prompt_tokens"].get<int>() + c["usage"]["completion_tokens"].get<int>());
+  CHECK(c["usage"]["prompt_tokens_details"].contains("cached_tokens"));
+  // The same request again gives the same choices: seeds are per choice.
+  CHECK(f.post("/v1/chat/completions", body).parsed()["choices"] == c["choices"]);
+
+  // Completions from token ids, with logprobs in that endpoint's shape.
+  const json completion =
+      f.post("/v1/completions",
+             {{"prompt", {1, 2, 3, 4, 5}}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", 2}})
+          .parsed();
+  CHECK(completion["object"] == "text_completion");
+  CHECK(completion["usage"]["prompt_tokens"] == 5);
+  const json& logprobs = completion["choices"][0]["logprobs"];
+  CHECK(logprobs["tokens"].size() == 5);
+  CHECK(logprobs["token_logprobs"].size() == 5);
+  CHECK(logprobs["top_logprobs"].size() == 5);
+
+  // A stop string taken from the greedy answer ends it there, unshown.
+  const std::string greedy =
+      f.post("/v1/completions",
+             {{"prompt", "Once"}, {"max_tokens", 12}, {"ignore_eos", true}, {"temperature", 0}})
+          .parsed()["choices"][0]["text"];
+  // Two ASCII characters past the start (a random model's text holds
+  // multi-byte characters a byte cut would break).
+  std::size_t at = 1;
+  while (at + 1 < greedy.size() && (static_cast<unsigned char>(greedy[at]) >= 0x80 ||
+                                    static_cast<unsigned char>(greedy[at + 1]) >= 0x80))
+    ++at;
+  REQUIRE(at + 1 < greedy.size());
+  const std::string stop = greedy.substr(at, 2);
+  const json stopped = f.post("/v1/completions", {{"prompt", "Once"},
+                                                  {"max_tokens", 12},
+                                                  {"ignore_eos", true},
+                                                  {"temperature", 0},
+                                                  {"stop", stop}})
+                           .parsed();
+  const std::string text = stopped["choices"][0]["text"];
+  CHECK(text == greedy.substr(0, greedy.find(stop)));
+  CHECK(stopped["choices"][0]["finish_reason"] == "stop");
+}
+
+TEST_CASE("a streamed answer is the answer not streamed, in chunks", "[openai_server]") {
+  ServerFixture f;
+  const json plain = f.post("/v1/chat/completions", chat_body(8)).parsed();
+  json body = chat_body(8);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  const Reply streamed = f.post("/v1/chat/completions", body);
+  REQUIRE(streamed.status == 200);
+  bool done = false;
+  const std::vector<json> events = sse_events(streamed.body, done);
+  CHECK(done);
+  REQUIRE(events.size() >= 3);
+  CHECK(events.front()["choices"][0]["delta"]["role"] == "assistant");
+  std::string text;
+  std::string finish;
+  for (const json& event : events) {
+    CHECK(event["object"] == "chat.completion.chunk");
+    CHECK(event["id"] == events.front()["id"]);
+    if (event["choices"].empty())
+      continue;
+    const json& delta = event["choices"][0]["delta"];
+    if (delta.contains("content") && delta["content"].is_string())
+      text += delta["content"].get<std::string>();
+    if (!event["choices"][0]["finish_reason"].is_null())
+      finish = event["choices"][0]["finish_reason"];
+  }
+  CHECK(text == plain["choices"][0]["message"]["content"]);
+  CHECK(finish == "length");
+  // The last event carries the usage and no choice.
+  CHECK(events.back()["choices"].empty());
+  CHECK(events.back()["usage"]["completion_tokens"] == 8);
+  for (const char* count : {"prompt_tokens", "completion_tokens", "total_tokens"})
+    CHECK(events.back()["usage"][count] == plain["usage"][count]);
+  // The same prompt again: its full blocks came from the prefix cache.
+  CHECK(events.back()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
+}
+
+TEST_CASE("bad requests get OpenAI's errors with the right status", "[openai_server]") {
+  ServerFixture f({}, "secret");
+  // The key guards /v1/; /health needs none.
+  CHECK(f.get("/health").status == 200);
+  const Reply missing = f.get("/v1/models");
+  CHECK(missing.status == 401);
+  CHECK(missing.parsed()["error"]["code"] == "invalid_api_key");
+  CHECK(f.get("/v1/models", "wrong").status == 401);
+  CHECK(f.get("/v1/models", "secret").status == 200);
+  CHECK(f.post("/v1/chat/completions", chat_body(2)).status == 401);
+  CHECK(f.post("/v1/chat/completions", chat_body(2), "secret").status == 200);
+
+  Client raw{f.server->port()};
+  const Reply not_json = raw.request(http::verb::post, "/v1/completions", "{oops", "secret");
+  CHECK(not_json.status == 400);
+  CHECK(not_json.parsed()["error"]["type"] == "invalid_request_error");
+
+  json wrong_type = chat_body(2);
+  wrong_type["temperature"] = "hot";
+  const Reply bad_type = f.post("/v1/chat/completions", wrong_type, "secret");
+  CHECK(bad_type.status == 400);
+  CHECK(bad_type.parsed()["error"]["param"] == "temperature");
+
+  json other_model = chat_body(2);
+  other_model["model"] = "gpt-4";
+  const Reply unknown = f.post("/v1/chat/completions", other_model, "secret");
+  CHECK(unknown.status == 404);
+  CHECK(unknown.parsed()["error"]["code"] == "model_not_found");
+
+  CHECK(f.get("/v2/nothing", "secret").status == 404);
+
+  // A prompt longer than the context: 400, nothing runs.
+  const Reply too_long = f.post(
+      "/v1/completions", {{"prompt", std::vector<int>(600, 7)}, {"max_tokens", 1}}, "secret");
+  CHECK(too_long.status == 400);
+  CHECK(too_long.parsed()["error"]["code"] == "context_length_exceeded");
+  const Reply bad_token = f.post(
+      "/v1/completions", {{"prompt", std::vector<int>{1, 1 << 30}}, {"max_tokens", 1}}, "secret");
+  CHECK(bad_token.status == 400);
+}
+
+TEST_CASE("a client that leaves mid-stream cancels its request at once", "[openai_server]") {
+  ServerFixture f({}, {}, 16384);
+  {
+    Client client{f.server->port()};
+    client.send(http::verb::post, "/v1/completions",
+                json{{"prompt", "Once upon a time"},
+                     {"max_tokens", 16000},
+                     {"ignore_eos", true},
+                     {"stream", true}}
+                    .dump());
+    http::response_parser<http::string_body> parser;
+    http::read_header(client.socket, client.buffer, parser);
+    REQUIRE(parser.get().result_int() == 200);
+    while (parser.get().body().find("\n\n") == std::string::npos)
+      http::read_some(client.socket, client.buffer, parser);
+    // One event arrived; the client goes away.
+  }
+  REQUIRE(f.metric_becomes("vllm:num_requests_running{model_name=\"tiny\"}", 0.0));
+  CHECK(f.metric_becomes(
+      "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}", 1.0));
+  CHECK(f.metric("vllm:generation_tokens_total{model_name=\"tiny\"}") < 16000.0);
+}
+
+TEST_CASE("when every engine's queue is full, a request gets 429 with Retry-After",
+          "[openai_server]") {
+  EngineLimits limits;
+  limits.max_concurrent = 1;
+  limits.queue_capacity = 1;
+  ServerFixture f(limits, {}, 16384);
+  const std::string long_stream = json{
+      {"prompt", "Once upon a time"},
+      {"max_tokens", 16000},
+      {"ignore_eos", true},
+      {"stream", true}}.dump();
+  Client running{f.server->port()};
+  running.send(http::verb::post, "/v1/completions", long_stream);
+  REQUIRE(f.metric_becomes("vllm:num_requests_running{model_name=\"tiny\"}", 1.0));
+  Client waiting{f.server->port()};
+  waiting.send(http::verb::post, "/v1/completions", long_stream);
+  REQUIRE(f.metric_becomes("vllm:num_requests_waiting{model_name=\"tiny\"}", 1.0));
+
+  const Reply refused = f.post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 2}});
+  CHECK(refused.status == 429);
+  CHECK_FALSE(refused.retry_after.empty());
+  CHECK(refused.parsed()["error"]["code"] == "rate_limit_exceeded");
+  // Nothing else was disturbed: the two long requests still hold the engine.
+  CHECK(f.metric("vllm:num_requests_running{model_name=\"tiny\"}") == 1.0);
+}
