@@ -23,9 +23,12 @@
 #include "caflm/model/model.hpp"
 #include "caflm/model/random_model.hpp"
 #include "tests/support/model_harness.hpp"
+#include "tests/support/stream_progress.hpp"
 #include "tests/support/worker_process.hpp"
 
 using namespace caflm;
+using caflm::testing::collect;
+using caflm::testing::Progress;
 using caflm::testing::WorkerProcess;
 using namespace std::chrono_literals;
 
@@ -117,71 +120,6 @@ std::vector<GenerateRequest> make_requests() {
     requests.push_back(std::move(r));
   }
   return requests;
-}
-
-/// Counts, per request, the tokens that reached this process, so the test
-/// can break a worker while requests are mid-stream. The observers share
-/// the counts: a test that fails leaves collectors running a little longer.
-class Progress {
- public:
-  explicit Progress(std::size_t requests)
-    : counts_(std::make_shared<Counts>()) {
-    counts_->tokens.assign(requests, 0);
-    counts_->finished.assign(requests, false);
-  }
-
-  ChunkObserver observer(std::size_t index) const {
-    return [counts = counts_, index](const TokenChunk& chunk) {
-      std::lock_guard<std::mutex> lock(counts->mutex);
-      counts->tokens[index] += chunk.tokens.size();
-      if (chunk.finish != FinishReason::None)
-        counts->finished[index] = true;
-      counts->changed.notify_all();
-    };
-  }
-
-  /// Waits until every request has streamed at least `tokens` tokens or
-  /// finished; false on timeout.
-  bool wait_until_streaming(std::size_t tokens, std::chrono::milliseconds timeout) {
-    Counts& c = *counts_;
-    std::unique_lock<std::mutex> lock(c.mutex);
-    return c.changed.wait_for(lock, timeout, [&] {
-      for (std::size_t i = 0; i < c.tokens.size(); ++i)
-        if (c.tokens[i] < tokens && !c.finished[i])
-          return false;
-      return true;
-    });
-  }
-
-  std::vector<std::size_t> tokens() const {
-    std::lock_guard<std::mutex> lock(counts_->mutex);
-    return counts_->tokens;
-  }
-
- private:
-  struct Counts {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::vector<std::size_t> tokens;
-    std::vector<bool> finished;
-  };
-  std::shared_ptr<Counts> counts_;
-};
-
-/// Waits for every future, all within `timeout`; a request still running
-/// then fails the test, which shows how far each request got.
-std::vector<GenerationResult> collect(std::vector<std::future<GenerationResult>>& futures,
-                                      const Progress& progress, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<GenerationResult> results;
-  for (std::size_t i = 0; i < futures.size(); ++i) {
-    bool ready = futures[i].wait_until(deadline) == std::future_status::ready;
-    INFO("request index " << i << "; tokens per request: "
-                          << Catch::Detail::stringify(progress.tokens()));
-    REQUIRE(ready);
-    results.push_back(futures[i].get());
-  }
-  return results;
 }
 
 /// What `actor` answers to `message`; an error, or no answer within 2 s,

@@ -29,9 +29,12 @@
 #include "caflm/model/random_model.hpp"
 #include "tests/cuda/gpu_test.hpp"
 #include "tests/support/model_harness.hpp"
+#include "tests/support/stream_progress.hpp"
 #include "tests/support/worker_process.hpp"
 
 using namespace caflm;
+using caflm::testing::collect;
+using caflm::testing::Progress;
 using caflm::testing::WorkerProcess;
 using namespace std::chrono_literals;
 
@@ -132,75 +135,12 @@ std::vector<GenerateRequest> make_requests() {
   return requests;
 }
 
-/// Counts, per request, the tokens that reached this process, so that the
-/// test can kill a worker while requests are mid-stream.
-class Progress {
- public:
-  explicit Progress(std::size_t requests)
-    : counts_(std::make_shared<Counts>()) {
-    counts_->tokens.assign(requests, 0);
-    counts_->finished.assign(requests, false);
-  }
-
-  ChunkObserver observer(std::size_t index) const {
-    return [counts = counts_, index](const TokenChunk& chunk) {
-      std::lock_guard<std::mutex> lock(counts->mutex);
-      counts->tokens[index] += chunk.tokens.size();
-      if (chunk.finish != FinishReason::None)
-        counts->finished[index] = true;
-      counts->changed.notify_all();
-    };
-  }
-
-  /// Waits until every request has streamed at least `tokens` tokens or
-  /// finished; false on timeout.
-  bool wait_until_streaming(std::size_t tokens, std::chrono::milliseconds timeout) {
-    Counts& c = *counts_;
-    std::unique_lock<std::mutex> lock(c.mutex);
-    return c.changed.wait_for(lock, timeout, [&] {
-      for (std::size_t i = 0; i < c.tokens.size(); ++i)
-        if (c.tokens[i] < tokens && !c.finished[i])
-          return false;
-      return true;
-    });
-  }
-
-  std::vector<std::size_t> tokens() const {
-    std::lock_guard<std::mutex> lock(counts_->mutex);
-    return counts_->tokens;
-  }
-
- private:
-  struct Counts {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::vector<std::size_t> tokens;
-    std::vector<bool> finished;
-  };
-  std::shared_ptr<Counts> counts_;
-};
-
 std::vector<std::future<GenerationResult>> submit_all(Cluster& cluster, const Progress& progress) {
   std::vector<std::future<GenerationResult>> futures;
   std::vector<GenerateRequest> requests = make_requests();
   for (std::size_t i = 0; i < requests.size(); ++i)
     futures.push_back(cluster.generate_async(std::move(requests[i]), progress.observer(i)));
   return futures;
-}
-
-/// Waits for every future, all within `timeout`.
-std::vector<GenerationResult> collect(std::vector<std::future<GenerationResult>>& futures,
-                                      const Progress& progress, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<GenerationResult> results;
-  for (std::size_t i = 0; i < futures.size(); ++i) {
-    const bool ready = futures[i].wait_until(deadline) == std::future_status::ready;
-    INFO("request index " << i << "; tokens per request: "
-                          << Catch::Detail::stringify(progress.tokens()));
-    REQUIRE(ready);
-    results.push_back(futures[i].get());
-  }
-  return results;
 }
 
 /// What `actor` answers to `message`; an error, or no answer within 2 s,
