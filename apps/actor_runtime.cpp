@@ -33,4 +33,13 @@ void run_in_actor_system(const std::function<void(caf::actor_system&)>& command)
   std::_Exit(status);
 }
 
+sigset_t block_stop_signals() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
+}
+
 } // namespace caflm::apps

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <csignal>
 #include <functional>
 
 #include <caf/actor_system.hpp>
@@ -18,5 +19,11 @@ caf::actor_system_config& configure(caf::actor_system_config& config);
 /// stopped process, a filtered port) for as long as that lasts, and can wait
 /// forever for actors a remote node talked to.
 [[noreturn]] void run_in_actor_system(const std::function<void(caf::actor_system&)>& command);
+
+/// Blocks SIGINT and SIGTERM in the calling thread, and so in every thread
+/// it starts afterwards (CAF's inherit the mask), and returns them for
+/// sigwait: a long-running command then stops in one place, in order. Call
+/// it before the actor system exists.
+sigset_t block_stop_signals();
 
 } // namespace caflm::apps

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,7 +42,8 @@ struct ServeOptions {
   double connect_timeout_s = 10;
 };
 
-void run_serve(const ServeOptions& options, caf::actor_system& system) {
+void run_serve(const ServeOptions& options, caf::actor_system& system,
+               const sigset_t& stop_signals) {
   // An operator runs a server: refusals, preemptions and lost engines are
   // worth a line each.
   default_log_level(LogLevel::Info);
@@ -50,14 +52,6 @@ void run_serve(const ServeOptions& options, caf::actor_system& system) {
   if (options.routing != "prefix" && options.routing != "load")
     throw std::invalid_argument("--routing must be prefix or load, not " + options.routing);
   check_port_free(options.host, options.port);
-
-  // Block the stop signals in every thread (CAF's inherit the mask) and
-  // wait for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   // The model is loaded even without local replicas: its tokenizer and
   // chat template turn requests into the token ids engines and routing use.
@@ -84,9 +78,17 @@ void run_serve(const ServeOptions& options, caf::actor_system& system) {
 
   std::shared_ptr<const Tokenizer> tokenizer =
       cluster.tokenizer() ? cluster.tokenizer() : load_tokenizer(*model);
-  ChatTemplate chat_template = options.chat_template.empty()
-                                   ? ChatTemplate::from_gguf(model->file())
-                                   : ChatTemplate::builtin(options.chat_template, model->file());
+  std::optional<ChatTemplate> chat_template;
+  if (!options.chat_template.empty()) {
+    chat_template = ChatTemplate::builtin(options.chat_template, model->file());
+  } else {
+    try {
+      chat_template = ChatTemplate::from_gguf(model->file());
+    } catch (const std::exception& e) {
+      // Completions still serve; chat requests are told why not.
+      log(LogLevel::Warning, "no chat completions: {}", e.what());
+    }
+  }
   server::OpenAiServerOptions server_options;
   server_options.served_model_name = options.served_model_name.empty()
                                          ? std::filesystem::path(options.model).stem().string()
@@ -157,7 +159,11 @@ void add_serve_command(CLI::App& app) {
                   "Seconds to wait for the workers before serving")
       ->capture_default_str();
   cmd->callback([options] {
-    run_in_actor_system([options](caf::actor_system& system) { run_serve(*options, system); });
+    // Before the actor system starts its threads, so that they inherit it.
+    const sigset_t stop_signals = block_stop_signals();
+    run_in_actor_system([options, stop_signals](caf::actor_system& system) {
+      run_serve(*options, system, stop_signals);
+    });
   });
 }
 

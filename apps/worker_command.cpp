@@ -66,13 +66,8 @@ void run_worker(const WorkerOptions& options) {
   // error now, not after a minute of loading.
   check_port_free(options.host, options.port);
 
-  // Block the stop signals in every thread (CAF's inherit the mask) and
-  // wait for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Waited for below.
+  sigset_t stop_signals = block_stop_signals();
 
   auto model = Model::load(options.model);
   std::snprintf(mapped_model, sizeof(mapped_model), "%s", options.model.c_str());
