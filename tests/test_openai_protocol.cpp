@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -699,6 +700,12 @@ TEST_CASE("finish reasons, ids, models", "[openai_protocol]") {
   CHECK(a != b);
   for (char c : a.substr(9))
     CHECK(std::isalnum(static_cast<unsigned char>(c)));
+  // Every part of the id is random: the last characters of many ids differ
+  // (they were always "AAA" when only the first 20 were drawn).
+  std::set<std::string> tails;
+  for (int i = 0; i < 20; ++i)
+    tails.insert(new_response_id("x-").substr(2 + 21));
+  CHECK(tails.size() > 10);
   CHECK(unix_time_now() > 1600000000);
 
   json models = json::parse(dump_json(models_list({"tiny", "other"}, 1700000000)));

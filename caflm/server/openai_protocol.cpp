@@ -528,12 +528,13 @@ ParsedCompletionRequest parse_completion_request(const std::string& body) {
 std::string new_response_id(std::string_view prefix) {
   static constexpr char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::uint64_t bits = random_seed();
-  std::uint64_t more = random_seed();
+  // 62^10 < 2^64: ten characters from each 64 random bits, fresh bits for
+  // every ten.
   std::string id{prefix};
+  std::uint64_t bits = 0;
   for (int i = 0; i < 24; ++i) {
-    if (i == 10)
-      bits = more; // 62^10 < 2^64: ten characters per 64 random bits.
+    if (i % 10 == 0)
+      bits = random_seed();
     id += kAlphabet[bits % 62];
     bits /= 62;
   }

@@ -88,7 +88,7 @@ struct Choice {
 
 struct OpenAiServer::Shared {
   Shared(caf::actor_system& system, Cluster& cluster, std::shared_ptr<const Tokenizer> tokenizer,
-         ChatTemplate chat_template, OpenAiServerOptions options)
+         std::optional<ChatTemplate> chat_template, OpenAiServerOptions options)
     : system(system)
     , cluster(cluster)
     , tokenizer(std::move(tokenizer))
@@ -98,7 +98,7 @@ struct OpenAiServer::Shared {
   caf::actor_system& system;
   Cluster& cluster;
   std::shared_ptr<const Tokenizer> tokenizer;
-  ChatTemplate chat_template;
+  std::optional<ChatTemplate> chat_template;
   OpenAiServerOptions options;
   std::shared_ptr<ServingMetrics> metrics;
   std::atomic<std::uint64_t> next_id{1};
@@ -396,9 +396,13 @@ void handle_chat(const std::shared_ptr<OpenAiServer::Shared>& shared, const Http
   check_api_key(*shared, http);
   ParsedChatRequest request = parse_chat_request(http.body);
   check_model(*shared, request.model);
+  if (!shared->chat_template)
+    throw invalid_request("the model has no chat template; start caflm serve with "
+                          "--chat-template NAME to serve chat completions",
+                          "messages");
   std::string rendered;
   try {
-    rendered = shared->chat_template.render(request.messages, /*add_generation_prompt=*/true);
+    rendered = shared->chat_template->render(request.messages, /*add_generation_prompt=*/true);
   } catch (const std::exception& e) {
     throw invalid_request(std::string("the chat template refused the messages: ") + e.what(),
                           "messages");
@@ -474,8 +478,8 @@ void with_cluster_state(const std::shared_ptr<OpenAiServer::Shared>& shared,
 } // namespace
 
 OpenAiServer::OpenAiServer(caf::actor_system& system, Cluster& cluster,
-                           std::shared_ptr<const Tokenizer> tokenizer, ChatTemplate chat_template,
-                           OpenAiServerOptions options)
+                           std::shared_ptr<const Tokenizer> tokenizer,
+                           std::optional<ChatTemplate> chat_template, OpenAiServerOptions options)
   : shared_(std::make_shared<Shared>(system, cluster, std::move(tokenizer),
                                      std::move(chat_template), options))
   , metrics_(std::make_shared<ServingMetrics>(options.served_model_name, options.max_context))

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/fwd.hpp>
@@ -47,9 +48,11 @@ class OpenAiServer {
  public:
   /// `tokenizer` and `chat_template` are the served model's: prompts are
   /// tokenized here, so the coordinator routes by their KV block keys.
+  /// Without a chat template, /v1/chat/completions answers 400 saying so
+  /// and /v1/completions still serves.
   OpenAiServer(caf::actor_system& system, Cluster& cluster,
-               std::shared_ptr<const Tokenizer> tokenizer, ChatTemplate chat_template,
-               OpenAiServerOptions options);
+               std::shared_ptr<const Tokenizer> tokenizer,
+               std::optional<ChatTemplate> chat_template, OpenAiServerOptions options);
   ~OpenAiServer();
 
   OpenAiServer(const OpenAiServer&) = delete;
