@@ -61,6 +61,7 @@ struct BenchServeOptions {
   std::uint32_t output_len = 64;
   double range_ratio = 0.0;
   std::uint32_t prefix_len = 0;
+  std::uint32_t num_prefixes = 1;
   std::uint64_t seed = 0;
   std::uint32_t vocab_size = 32000;
   std::string model;
@@ -103,15 +104,19 @@ std::uniform_int_distribution<std::uint32_t> length_distribution(std::uint32_t l
                                                       std::max(high, minimum));
 }
 
-/// The workload: the shared prefix, then per request a random suffix of
+/// The workload: a shared prefix (one of --num-prefixes, picked at random),
+/// then per request a random suffix of
 /// about --input-len tokens, an output length of about --output-len, and an
 /// arrival time. Gaps between arrivals are gamma distributed with shape
 /// --burstiness and mean 1/rate; the first request arrives at 0.
 std::vector<PlannedRequest> plan_requests(const BenchServeOptions& options, double rate) {
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<std::int64_t> token(0, options.vocab_size - 1);
-  std::vector<std::int64_t> prefix(options.prefix_len);
-  for (std::int64_t& id : prefix)
+  // The first prefix is drawn first, so one prefix gives the prompts it
+  // always gave for a seed.
+  std::vector<std::vector<std::int64_t>> prefixes(std::max<std::uint32_t>(options.num_prefixes, 1),
+                                                  std::vector<std::int64_t>(options.prefix_len));
+  for (std::int64_t& id : prefixes[0])
     id = token(rng);
   // A request needs some prompt: with no prefix, at least one token.
   auto input_length =
@@ -124,8 +129,15 @@ std::vector<PlannedRequest> plan_requests(const BenchServeOptions& options, doub
 
   std::vector<PlannedRequest> plan(options.requests);
   double arrival_s = 0;
+  for (std::size_t p = 1; p < prefixes.size(); ++p)
+    for (std::int64_t& id : prefixes[p])
+      id = token(rng);
+  // Each request picks its prefix at random: taking them in turn would line
+  // up with a round robin over engines and hand a load-only router a
+  // partition of the prefixes for free.
+  std::uniform_int_distribution<std::size_t> pick(0, prefixes.size() - 1);
   for (PlannedRequest& request : plan) {
-    request.prompt = prefix;
+    request.prompt = prefixes.size() == 1 ? prefixes[0] : prefixes[pick(rng)];
     const std::uint32_t length = input_length(rng);
     for (std::uint32_t i = 0; i < length; ++i)
       request.prompt.push_back(token(rng));
@@ -296,6 +308,7 @@ nlohmann::json report_json(const BenchServeOptions& options, const std::string& 
       {"output_len", options.output_len},
       {"range_ratio", options.range_ratio},
       {"prefix_len", options.prefix_len},
+      {"num_prefixes", options.num_prefixes},
       {"seed", options.seed},
       {"vocab_size", options.vocab_size},
   };
@@ -434,6 +447,11 @@ void add_bench_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefix-len", options->prefix_len,
                   "Random tokens shared by every prompt, before its own")
+      ->capture_default_str();
+  cmd->add_option("--num-prefixes", options->num_prefixes,
+                  "Distinct shared prefixes, each request picking one at random (more than one "
+                  "replica's cache holds shows what prefix-aware routing earns)")
+      ->check(at_least_one())
       ->capture_default_str();
   cmd->add_option("--seed", options->seed, "Seed of the prompts, lengths and arrivals")
       ->capture_default_str();

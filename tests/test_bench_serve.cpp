@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <netinet/in.h>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -369,4 +370,31 @@ TEST_CASE("bench-serve fails clearly on an unreachable server, a bad URL or bad 
   check_clean_failure(bench(dead.url(), {"--range-ratio", "1"}), "--range-ratio");
   check_clean_failure(bench(dead.url(), {"--requests", "0"}), "--requests");
   check_clean_failure(bench(dead.url(), {"--output-len", "-2"}), "--output-len");
+}
+
+TEST_CASE("--num-prefixes gives the prompts several shared prefixes, each picked at random",
+          "[bench_serve]") {
+  TempDir dir;
+  const std::string log = (dir / "requests.jsonl").string();
+  FakeServer server({"--log", log, "--vocab-size", "1000"});
+  Run run = bench(server.url(), {"--requests", "30", "--rate", "inf", "--input-len", "3",
+                                 "--output-len", "2", "--prefix-len", "4", "--num-prefixes", "3",
+                                 "--vocab-size", "1000", "--seed", "5"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  std::vector<json> bodies = json_lines(read_file(log));
+  REQUIRE(bodies.size() == 30);
+  // Group the prompts by their first four tokens.
+  std::map<std::vector<std::int64_t>, int> uses;
+  for (json& body : bodies) {
+    const auto prompt = body["prompt"].get<std::vector<std::int64_t>>();
+    REQUIRE(prompt.size() == 7);
+    ++uses[std::vector<std::int64_t>(prompt.begin(), prompt.begin() + 4)];
+  }
+  // Three prefixes, none taking nearly all (the draw for seed 5 is fixed).
+  REQUIRE(uses.size() == 3);
+  for (const auto& [prefix, count] : uses)
+    CHECK(count < 20);
+  check_clean_failure(bench(server.url(), {"--requests", "1", "--num-prefixes", "0"}),
+                      "--num-prefixes");
 }
