@@ -22,13 +22,16 @@
 #include "caflm/actors/cluster.hpp"
 #include "caflm/model/model.hpp"
 #include "caflm/model/random_model.hpp"
+#include "tests/support/failover_harness.hpp"
 #include "tests/support/model_harness.hpp"
-#include "tests/support/stream_progress.hpp"
 #include "tests/support/worker_process.hpp"
 
 using namespace caflm;
+using caflm::testing::ask;
 using caflm::testing::collect;
 using caflm::testing::Progress;
+using caflm::testing::stats;
+using caflm::testing::wait_for_engines;
 using caflm::testing::WorkerProcess;
 using namespace std::chrono_literals;
 
@@ -120,37 +123,6 @@ std::vector<GenerateRequest> make_requests() {
     requests.push_back(std::move(r));
   }
   return requests;
-}
-
-/// What `actor` answers to `message`; an error, or no answer within 2 s,
-/// fails the test.
-template <typename Answer, typename Actor, typename Message>
-Answer ask(caf::actor_system& system, const Actor& actor, Message message) {
-  caf::scoped_actor self{system};
-  Answer out;
-  std::string failure;
-  self->request(actor, 2s, message)
-      .receive([&](const Answer& answer) { out = answer; },
-               [&](const caf::error& e) { failure = system.render(e); });
-  INFO(failure);
-  REQUIRE(failure.empty());
-  return out;
-}
-
-CoordinatorStats stats(caf::actor_system& system, const Cluster& cluster) {
-  return ask<CoordinatorStats>(system, cluster.coordinator(), stats_atom::value);
-}
-
-/// Waits until the coordinator has `engines` engines; false on timeout.
-bool wait_for_engines(caf::actor_system& system, const Cluster& cluster, std::uint32_t engines,
-                      std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (stats(system, cluster).engines != engines) {
-    if (std::chrono::steady_clock::now() >= deadline)
-      return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
 }
 
 /// Whether the coordinator keeps exactly `engines` engines for all of

@@ -1,8 +1,9 @@
 #pragma once
 
-// What the multi-process failover tests share: per-request progress of a
-// cluster's streams (to break a worker while requests are mid-stream) and
-// waiting for every result within a time limit.
+// What the multi-process failover tests (CPU and GPU workers) share: asking
+// the cluster's actors, waiting for its engines, per-request progress of its
+// streams (to break a worker while requests are mid-stream) and waiting for
+// every result within a time limit.
 
 #include <catch2/catch.hpp>
 
@@ -11,11 +12,47 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
+
+#include <caf/all.hpp>
 
 #include "caflm/actors/cluster.hpp"
 
 namespace caflm::testing {
+
+/// What `actor` answers to `message`; an error, or no answer within 2 s,
+/// fails the test.
+template <typename Answer, typename Actor, typename Message>
+Answer ask(caf::actor_system& system, const Actor& actor, Message message) {
+  caf::scoped_actor self{system};
+  Answer out;
+  std::string failure;
+  self->request(actor, std::chrono::seconds(2), message)
+      .receive([&](const Answer& answer) { out = answer; },
+               [&](const caf::error& e) { failure = system.render(e); });
+  INFO(failure);
+  REQUIRE(failure.empty());
+  return out;
+}
+
+/// What the coordinator knows of its engines.
+CoordinatorStats stats(caf::actor_system& system, const Cluster& cluster) {
+  return ask<CoordinatorStats>(system, cluster.coordinator(), stats_atom::value);
+}
+
+/// Waits until the coordinator has `engines` engines; false on timeout.
+bool wait_for_engines(caf::actor_system& system, const Cluster& cluster, std::uint32_t engines,
+                      std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (stats(system, cluster).engines != engines) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
 
 /// Counts, per request, the tokens that reached this process, so the test
 /// can break a worker while requests are mid-stream. The observers share
