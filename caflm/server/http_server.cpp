@@ -24,6 +24,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <nlohmann/json.hpp>
 
 namespace caflm::server {
 
@@ -41,46 +42,16 @@ bool ascii_iequals(std::string_view a, std::string_view b) {
          });
 }
 
-/// `text` as the contents of a JSON string literal.
-std::string json_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20) {
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\u%04x",
-                      static_cast<unsigned>(static_cast<unsigned char>(c)));
-        out += escaped;
-      } else {
-        out += c;
-      }
-    }
-  }
-  return out;
-}
-
 /// An OpenAI-style error body: {"error": {"message", "type", "param",
 /// "code"}}.
 std::string error_body(std::string_view message, std::string_view type, int status) {
-  return R"({"error":{"message":")" + json_escape(message) + R"(","type":")" + json_escape(type) +
-         R"(","param":null,"code":)" + std::to_string(status) + "}}";
+  nlohmann::ordered_json error;
+  error["message"] = message;
+  error["type"] = type;
+  error["param"] = nullptr;
+  error["code"] = status;
+  return nlohmann::ordered_json{{"error", std::move(error)}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 /// Throws std::invalid_argument when a header field could break the framing
