@@ -105,7 +105,7 @@ std::vector<json> sse_events(const std::string& body, bool& done) {
 /// A cluster of one replica and its server.
 struct ServerFixture {
   explicit ServerFixture(EngineLimits limits = {}, std::string api_key = {},
-                         std::uint32_t context = 512)
+                         std::uint32_t context = 512, bool chat_template = true)
     : system(threaded(cfg)) {
     RandomModelSpec spec = caflm::testing::small_random_spec("llama", 77);
     spec.context_length = context;
@@ -121,8 +121,10 @@ struct ServerFixture {
     server_options.api_key = std::move(api_key);
     server_options.max_context = context;
     server_options.http.port = 0;
-    server.emplace(system, *cluster, cluster->tokenizer(),
-                   ChatTemplate::builtin("chatml", model->file()), server_options);
+    std::optional<ChatTemplate> chat;
+    if (chat_template)
+      chat = ChatTemplate::builtin("chatml", model->file());
+    server.emplace(system, *cluster, cluster->tokenizer(), std::move(chat), server_options);
     server->start();
   }
 
@@ -377,4 +379,14 @@ TEST_CASE("when every engine's queue is full, a request gets 429 with Retry-Afte
   CHECK(refused.parsed()["error"]["code"] == "rate_limit_exceeded");
   // Nothing else was disturbed: the two long requests still hold the engine.
   CHECK(f.metric("vllm:num_requests_running{model_name=\"tiny\"}") == 1.0);
+}
+
+TEST_CASE("without a chat template, completions serve and chat says what is missing",
+          "[openai_server]") {
+  ServerFixture f({}, {}, 512, /*chat_template=*/false);
+  const Reply chat = f.post("/v1/chat/completions", chat_body(2));
+  CHECK(chat.status == 400);
+  CHECK(chat.parsed()["error"]["message"].get<std::string>().find("--chat-template") !=
+        std::string::npos);
+  CHECK(f.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}).status == 200);
 }
