@@ -73,3 +73,4 @@ caflm_add_test(test_openai_server caflm_server)
 add_test(NAME test_openai_client
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openai_client/run.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/openai_client)
+caflm_add_test(test_sampler_equivalence caflm_sampling)

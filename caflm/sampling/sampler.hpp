@@ -34,6 +34,12 @@ struct SampleResult {
 /// probability exceeds u, so a result depends only on (logits, params, history, step) and not on
 /// the platform's sort, on earlier calls, or on the sampler instance.
 ///
+/// Cost: one max pass and one exp-sum pass over the row (vectorised: logit_kernels.hpp), which is
+/// all a greedy call takes besides its penalized and banned tokens. A draw adds at most one more
+/// exp-sum pass per filter and sorts only the prefix of the sorted order that its walks reach,
+/// one band of logits at a time, so its cost follows how flat the distribution is rather than the
+/// vocabulary size.
+///
 /// Allocation-free after construction: every scratch buffer is sized to the vocabulary once. Not
 /// thread-safe; use one sampler per thread.
 class Sampler {
@@ -71,36 +77,61 @@ class Sampler {
   static constexpr float kGreedyTemperature = 1e-6f;
 
  private:
-  struct Candidate {
-    float logit;
+  /// The most likely allowed token and its penalized logit.
+  struct Best {
     TokenId id;
+    float logit;
   };
 
-  /// Fills candidates_[0, returned) with the allowed tokens in id order and their penalized logits;
-  /// best_ receives the index of the largest (lowest id on ties).
-  std::size_t build_candidates(const float* logits, const SamplingParams& params,
-                               const TokenId* history, std::size_t history_len,
-                               const TokenId* banned, std::size_t n_banned);
-  /// Top-k, top-p, min-p, temperature and the draw over candidates_[0, count).
-  TokenId draw(std::size_t count, const SamplingParams& params, float uniform);
-  /// Returns the size of the smallest most-likely prefix of candidates_[0, count) whose mass
-  /// reaches top_p of the whole.
-  std::size_t nucleus_size(std::size_t count, float max_logit, float top_p);
-  /// Keeps, in order, the candidates whose logit is at least min_logit; returns how many.
-  std::size_t keep_at_least(std::size_t count, float min_logit);
-  /// Grows the sorted prefix of candidates_[0, count) to at least `wanted` entries, sorting only
-  /// that far (nth_element, then sort the new part).
-  void extend_sorted(std::size_t wanted, std::size_t count);
+  /// Marks banned_ and counts_ for this call; returns how many tokens stay allowed.
+  std::size_t mark_bans_and_penalties(const TokenId* window, std::size_t window_len,
+                                      const TokenId* banned, std::size_t n_banned);
+  /// Writes penalized_ = the row with penalties applied and banned tokens at -infinity.
+  void build_penalized_row(const float* logits, const SamplingParams& params, const TokenId* window,
+                           std::size_t window_len, const TokenId* banned, std::size_t n_banned);
+  /// The allowed token of the largest logit of row (penalized_, or the logits when the call has
+  /// no bans and no penalties), lowest id on ties.
+  Best allowed_best(const float* row) const;
+  /// Top-k, top-p, min-p, temperature and the draw over the `count` allowed tokens of row_.
+  /// row_mass: exp_sum(row_, vocab_size, max_logit, 1, -infinity) when known, else negative.
+  TokenId draw(std::size_t count, float max_logit, const SamplingParams& params, float uniform,
+               double row_mass);
+  /// probabilities_[i] = std::exp((sorted_logits_[i] - max_logit) * scale) for i in
+  /// [begin, end); returns end.
+  std::size_t compute_probabilities(std::size_t begin, std::size_t end, float max_logit,
+                                    float scale);
+  /// Grows the sorted prefix of the allowed tokens (logit descending, ids ascending on ties) to
+  /// at least min(wanted, limit) entries.
+  void extend_sorted(std::size_t wanted, std::size_t limit);
+  /// Appends to the sorted prefix the allowed tokens of the next band of logits below
+  /// band_low_, sorted, the band sized from a sample of the row to bring the prefix to about
+  /// `wanted` entries.
+  void add_band(std::size_t wanted);
+  /// Sorts band_keys_[0, count) ascending.
+  void sort_keys(std::size_t count);
   void fill_top_logprobs(const float* logits, float log_normalizer, std::uint32_t k,
                          TokenLogprob* out) const;
 
   std::size_t vocab_size_;
-  std::vector<Candidate> candidates_; // [vocab_size]
+  // Scratch, sized to the vocabulary once.
+  std::vector<float> sorted_logits_;         // [vocab_size] see draw()
+  std::vector<TokenId> sorted_ids_;          // [vocab_size]
+  std::vector<float> probabilities_;         // [vocab_size] see compute_probabilities()
+  std::vector<std::uint32_t> band_ids_;      // [vocab_size] the ids of one band, ascending
+  std::vector<std::uint64_t> band_keys_;     // [vocab_size] see add_band()
+  std::vector<std::uint64_t> radix_scratch_; // [vocab_size]
+  std::vector<float> penalized_;             // [vocab_size] see build_penalized_row()
+  std::vector<float> sample_;                // [min(vocab_size, 256)] see add_band()
   std::vector<std::uint32_t>
       counts_; // [vocab_size] occurrences in the penalty window; 0 between calls
   std::vector<std::uint8_t> banned_; // [vocab_size] 1 = banned this call; 0 between calls
-  std::size_t best_ = 0;             // index in candidates_ of the largest penalized logit
-  std::size_t sorted_ = 0;           // candidates_[0, sorted_) are the largest, in descending order
+
+  // The state of one draw over row_: sorted_logits_/sorted_ids_[0, sorted_) are the most likely
+  // allowed tokens in order, down to band_low_ included; the rest lie below it.
+  const float* row_ = nullptr; // [vocab_size]
+  std::size_t sorted_ = 0;
+  float band_low_ = 0.0f;
+  std::size_t sample_size_ = 0; // 0 = not taken yet this draw
 };
 
 } // namespace caflm
