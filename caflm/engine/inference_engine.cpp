@@ -77,9 +77,11 @@ InferenceEngine::InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
   , sampler_(backend_->vocab_size())
   , top_scratch_(kMaxTopLogprobs) {
   preempted_.reserve(config_.scheduler.max_requests);
+  due_.reserve(config_.scheduler.max_requests);
   if (backend_->samples_on_device()) {
     sample_capacity_ = backend_->sample_capacity();
     sample_specs_.reserve(sample_capacity_.max_specs);
+    sample_owners_.reserve(sample_capacity_.max_specs);
     penalty_tokens_.reserve(sample_capacity_.max_penalty_entries);
     penalty_counts_.reserve(sample_capacity_.max_penalty_entries);
     sample_banned_.reserve(sample_capacity_.max_banned);
@@ -104,6 +106,8 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
     return AddError::DuplicateRequest;
   if (!request.params.seed)
     request.params.seed = random_seed();
+  if (request.arrival == std::chrono::steady_clock::time_point{})
+    request.arrival = std::chrono::steady_clock::now();
   std::vector<TokenId> sequence = request.prompt;
   sequence.insert(sequence.end(), request.generated.begin(), request.generated.end());
   // Room for at least one more token: a prompt is never truncated.
@@ -112,13 +116,25 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
   for (TokenId token : sequence)
     if (token >= backend_->vocab_size())
       return AddError::InvalidToken;
-  auto slot =
-      table_.admit(request.id, sequence.data(), static_cast<std::uint32_t>(sequence.size()));
-  if (!slot)
-    return slot.error() == SchedulerError::DuplicateRequest ? AddError::DuplicateRequest
-                                                            : AddError::Full;
+  // Followers hold their slots in reserve.
+  if (table_.active_count() + followers_ >= table_.capacity())
+    return AddError::Full;
+  std::uint32_t slot = RequestTable::no_slot;
+  std::uint64_t leader = 0;
+  if (const Active* member = prefill_leader(request)) {
+    leader = member->request.id;
+    ++followers_;
+  } else {
+    auto admitted =
+        table_.admit(request.id, sequence.data(), static_cast<std::uint32_t>(sequence.size()));
+    if (!admitted)
+      return admitted.error() == SchedulerError::DuplicateRequest ? AddError::DuplicateRequest
+                                                                  : AddError::Full;
+    slot = *admitted;
+  }
   StopMatcher stops(request.params.stop);
-  Active active{std::move(request), *slot, 0, StreamingDetokenizer(*tokenizer_), std::move(stops)};
+  Active active{std::move(request), slot, 0, StreamingDetokenizer(*tokenizer_), std::move(stops)};
+  active.leader = leader;
   // Replay what was already streamed, so held-back bytes and stop-string
   // prefixes continue exactly where the previous engine left them.
   for (TokenId token : active.request.generated)
@@ -126,23 +142,99 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
   active.generated = static_cast<std::uint32_t>(active.request.generated.size());
   std::uint64_t id = active.request.id;
   prompt_tokens_total_ += active.request.prompt.size();
+  ++unmeasured_;
   requests_.emplace(id, std::move(active));
   return std::nullopt;
+}
+
+const InferenceEngine::Active*
+InferenceEngine::prefill_leader(const GenerationRequest& request) const {
+  if (request.prefill_group == 0 || !request.generated.empty())
+    return nullptr;
+  // Between steps every sampled token has been taken, so a member that
+  // generated nothing yet has not finished its prefill.
+  for (const auto& entry : requests_) {
+    const Active& member = entry.second;
+    if (member.request.prefill_group == request.prefill_group && member.leader == 0 &&
+        member.generated == 0 && member.request.generated.empty() &&
+        member.request.prompt == request.prompt)
+      return &member;
+  }
+  return nullptr;
+}
+
+void InferenceEngine::fork_followers(const Active& leader, std::uint32_t row) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& entry : requests_) {
+    Active& follower = entry.second;
+    if (follower.leader != leader.request.id)
+      continue;
+    follower.leader = 0;
+    --followers_;
+    follower.queue_seconds = std::chrono::duration<float>(now - follower.request.arrival).count();
+    --unmeasured_;
+    auto forked = table_.fork(leader.request.id, follower.request.id);
+    if (forked) {
+      follower.slot = *forked;
+      due_.push_back(DueSample{follower.request.id, row});
+      continue;
+    }
+    // No room to run one more request now: it waits like any other, and
+    // finds the prompt's full blocks in the prefix cache when it starts.
+    auto admitted = table_.admit(follower.request.id, follower.request.prompt.data(),
+                                 static_cast<std::uint32_t>(follower.request.prompt.size()));
+    // Never fails: its slot was held in reserve.
+    follower.slot = admitted ? *admitted : RequestTable::no_slot;
+  }
+}
+
+void InferenceEngine::promote_followers(std::uint64_t leader) {
+  if (followers_ == 0)
+    return;
+  Active* heir = nullptr;
+  for (auto& entry : requests_) {
+    Active& follower = entry.second;
+    if (follower.leader != leader)
+      continue;
+    if (heir != nullptr) {
+      follower.leader = heir->request.id;
+      continue;
+    }
+    auto admitted = table_.admit(follower.request.id, follower.request.prompt.data(),
+                                 static_cast<std::uint32_t>(follower.request.prompt.size()));
+    if (!admitted) // unreachable: its slot was held in reserve
+      continue;
+    heir = &follower;
+    follower.leader = 0;
+    follower.slot = *admitted;
+    --followers_;
+  }
 }
 
 bool InferenceEngine::cancel(std::uint64_t request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end())
     return false;
+  const Active& active = it->second;
+  if (active.queue_seconds < 0.0f)
+    --unmeasured_;
+  if (active.leader != 0) {
+    --followers_;
+    requests_.erase(it);
+    return true;
+  }
+  const bool may_lead = active.generated == 0;
   (void)table_.cancel(request_id);
   requests_.erase(it);
+  if (may_lead)
+    promote_followers(request_id);
   return true;
 }
 
 LoadReport InferenceEngine::load() const {
   LoadReport load;
   load.running = table_.running_count();
-  load.waiting = table_.active_count() - table_.running_count();
+  load.waiting = table_.active_count() - table_.running_count() + followers_;
   load.free_blocks = pool_.free_count();
   load.total_blocks = pool_.block_count();
   std::uint64_t looked_up = cache_.hits() + cache_.misses();
@@ -153,7 +245,22 @@ LoadReport InferenceEngine::load() const {
   load.generated_tokens = generated_tokens_total_;
   load.prefix_hit_tokens = cache_.hits() * config_.scheduler.block_size;
   load.prefix_queried_tokens = (cache_.hits() + cache_.misses()) * config_.scheduler.block_size;
+  load.computed_tokens = computed_tokens_total_;
   return load;
+}
+
+void InferenceEngine::note_step(std::chrono::steady_clock::time_point step_start) {
+  computed_tokens_total_ += buffers_.token_count;
+  if (unmeasured_ == 0)
+    return;
+  for (std::uint32_t i = 0; i < buffers_.item_count && unmeasured_ > 0; ++i) {
+    Active& active = requests_.at(buffers_.items[i].request_id);
+    if (active.queue_seconds >= 0.0f)
+      continue;
+    active.queue_seconds =
+        std::chrono::duration<float>(step_start - active.request.arrival).count();
+    --unmeasured_;
+  }
 }
 
 std::vector<TokenEvent> InferenceEngine::step() {
@@ -162,6 +269,7 @@ std::vector<TokenEvent> InferenceEngine::step() {
   if (requests_.empty())
     return events;
   BackendError backend_error = BackendError::DeviceFailure;
+  const auto step_start = std::chrono::steady_clock::now();
   auto receipt = run_step(table_, planner_, *backend_, plan_, buffers_, &backend_error);
   if (!receipt) {
     // A failed step is the engine's fault, not the requests': end every one
@@ -170,11 +278,10 @@ std::vector<TokenEvent> InferenceEngine::step() {
         std::string("the engine's step failed: ") +
         (receipt.error() == SchedulerError::BackendFailed ? to_string(backend_error)
                                                           : to_string(receipt.error()));
-    for (auto& entry : requests_)
-      events.push_back(end_with_error(entry.second, EngineFault::StepFailed, error));
-    requests_.clear();
+    end_all(EngineFault::StepFailed, error, events);
     return events;
   }
+  note_step(step_start);
   for (std::uint32_t i = 0; i < plan_.preempted_count; ++i)
     preempted_.push_back(table_.view(plan_.preempted[i]).request_id);
   preemptions_total_ += plan_.preempted_count;
@@ -185,28 +292,43 @@ std::vector<TokenEvent> InferenceEngine::step() {
                                     "the request's " + std::to_string(view.token_count) +
                                         " tokens need more KV blocks than the " +
                                         std::to_string(pool_.block_count()) + " the engine has"));
+    const bool may_lead = it->second.generated == 0;
     requests_.erase(it);
+    if (may_lead)
+      promote_followers(view.request_id);
   }
-  if (backend_->samples_on_device()) {
-    if (!sample_on_device(events, backend_error)) {
-      const std::string error =
-          std::string("the engine's sampling failed: ") + to_string(backend_error);
-      for (auto& entry : requests_)
-        events.push_back(end_with_error(entry.second, EngineFault::StepFailed, error));
-      requests_.clear();
-    }
-    return events;
-  }
+  // Who samples from which logits row: each item that computed its last
+  // known token, and the followers of those whose prompt was just computed.
+  due_.clear();
   for (std::uint32_t i = 0; i < buffers_.item_count; ++i) {
     const RaggedBatchItem& item = buffers_.items[i];
     if (!table_.view(item.slot).awaiting_token)
       continue;
-    auto it = requests_.find(item.request_id);
-    sample_into(it->second, buffers_.logits_row(i), events);
+    due_.push_back(DueSample{item.request_id, i});
+    const Active& active = requests_.at(item.request_id);
+    if (followers_ > 0 && active.generated == 0)
+      fork_followers(active, i);
+  }
+  if (backend_->samples_on_device()) {
+    if (!sample_on_device(events, backend_error))
+      end_all(EngineFault::StepFailed,
+              std::string("the engine's sampling failed: ") + to_string(backend_error), events);
+    return events;
+  }
+  for (const DueSample& due : due_) {
+    auto it = requests_.find(due.request_id);
+    sample_into(it->second, buffers_.logits_row(due.row), events);
     if (events.back().finish != FinishReason::None)
       requests_.erase(it);
   }
   return events;
+}
+
+void InferenceEngine::end_all(EngineFault fault, const std::string& error,
+                              std::vector<TokenEvent>& events) {
+  for (auto& entry : requests_)
+    events.push_back(end_with_error(entry.second, fault, error));
+  requests_.clear();
 }
 
 void InferenceEngine::add_penalty_window(const Active& active, RaggedSampleSpec& spec) {
@@ -243,21 +365,19 @@ void InferenceEngine::add_penalty_window(const Active& active, RaggedSampleSpec&
 }
 
 bool InferenceEngine::sample_on_device(std::vector<TokenEvent>& events, BackendError& error) {
-  std::uint32_t next = 0;
-  while (next < buffers_.item_count) {
+  std::size_t next = 0;
+  while (next < due_.size()) {
     sample_specs_.clear();
+    sample_owners_.clear();
     penalty_tokens_.clear();
     penalty_counts_.clear();
     sample_banned_.clear();
-    // Fill one call with as many waiting items as its capacity holds.
-    for (; next < buffers_.item_count; ++next) {
-      const RaggedBatchItem& item = buffers_.items[next];
-      if (!table_.view(item.slot).awaiting_token)
-        continue;
-      const Active& active = requests_.at(item.request_id);
+    // Fill one call with as many due requests as its capacity holds.
+    for (; next < due_.size(); ++next) {
+      const Active& active = requests_.at(due_[next].request_id);
       const SamplingParams& params = active.request.params;
       const std::size_t window_bound = params.penalty_last_n < 0
-                                           ? table_.view(item.slot).token_count
+                                           ? table_.view(active.slot).token_count
                                            : static_cast<std::size_t>(params.penalty_last_n);
       const std::size_t bans = params.ignore_eos ? banned_.size() : 0;
       if (!sample_specs_.empty() &&
@@ -266,7 +386,7 @@ bool InferenceEngine::sample_on_device(std::vector<TokenEvent>& events, BackendE
            sample_banned_.size() + bans > sample_capacity_.max_banned))
         break;
       RaggedSampleSpec spec{};
-      spec.item = next;
+      spec.item = due_[next].row;
       spec.temperature = params.temperature;
       spec.top_k = params.top_k;
       spec.top_p = params.top_p;
@@ -281,9 +401,8 @@ bool InferenceEngine::sample_on_device(std::vector<TokenEvent>& events, BackendE
       spec.banned_count = static_cast<std::uint32_t>(bans);
       sample_banned_.insert(sample_banned_.end(), banned_.begin(), banned_.begin() + bans);
       sample_specs_.push_back(spec);
+      sample_owners_.push_back(active.request.id);
     }
-    if (sample_specs_.empty())
-      break;
     const RaggedSampleBatch batch{sample_specs_.data(),
                                   static_cast<std::uint32_t>(sample_specs_.size()),
                                   penalty_tokens_.data(),
@@ -298,7 +417,7 @@ bool InferenceEngine::sample_on_device(std::vector<TokenEvent>& events, BackendE
     }
     for (std::size_t s = 0; s < sample_specs_.size(); ++s) {
       const RaggedSampleResult& result = sample_results_[s];
-      auto it = requests_.find(buffers_.items[sample_specs_[s].item].request_id);
+      auto it = requests_.find(sample_owners_[s]);
       const RaggedTopLogprob* top = sample_top_.data() + s * kMaxSampleTopLogprobs;
       for (std::uint32_t t = 0; t < result.top_count; ++t)
         top_scratch_[t] = TokenLogprob{top[t].token, top[t].logprob};
@@ -344,6 +463,7 @@ void InferenceEngine::accept_sample(Active& active, const SampleResult& sampled,
 
   TokenEvent event;
   event.request_id = active.request.id;
+  report_queue_time(active, event);
   event.token = sampled.token;
   event.logprob = sampled.logprob;
   event.top_logprobs.assign(top, top + top_count);
@@ -361,6 +481,7 @@ void InferenceEngine::accept_sample(Active& active, const SampleResult& sampled,
 TokenEvent InferenceEngine::end_with_error(Active& active, EngineFault fault, std::string error) {
   TokenEvent last;
   last.request_id = active.request.id;
+  report_queue_time(active, last);
   last.fault = fault;
   last.error = std::move(error);
   finish(active, FinishReason::Error, last);
@@ -372,12 +493,26 @@ void InferenceEngine::finish(Active& active, FinishReason reason, TokenEvent& la
     last.text += active.stops.push(active.detokenizer.flush());
     last.text += active.stops.flush();
   }
-  RequestView view = table_.view(active.slot);
   last.finish = reason;
   last.prompt_tokens = static_cast<std::uint32_t>(active.request.prompt.size());
   last.completion_tokens = active.generated;
+  if (active.queue_seconds < 0.0f)
+    --unmeasured_;
+  if (active.leader != 0) {
+    // It was still waiting for its leader's prefill (the engine ends all).
+    --followers_;
+    return;
+  }
+  const RequestView view = table_.view(active.slot);
   last.cached_prompt_tokens = std::min(view.cached_prompt_tokens, last.prompt_tokens);
   (void)table_.finish(active.request.id);
+}
+
+void InferenceEngine::report_queue_time(Active& active, TokenEvent& event) {
+  if (active.queue_reported)
+    return;
+  active.queue_reported = true;
+  event.queue_seconds = active.queue_seconds;
 }
 
 } // namespace caflm

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,6 +42,16 @@ struct GenerationRequest {
   /// replica failure): they follow the prompt, count towards max_tokens, and
   /// sampling continues at step `generated.size()`.
   std::vector<TokenId> generated;
+  /// Parallel samples of one prompt (an API request's `n` choices) share a
+  /// nonzero group. A request of a group whose prompt equals that of a
+  /// member still in prefill waits for that prefill instead of repeating it,
+  /// then forks the member's KV pages copy-on-write and samples its first
+  /// token from the same logits. A hint only: sharing needs equal prompts,
+  /// so requests that collide on a group are still computed correctly.
+  std::uint64_t prefill_group = 0;
+  /// When the request reached this node (its queue wait is measured from
+  /// here); the epoch means "when added".
+  std::chrono::steady_clock::time_point arrival{};
 };
 
 /// Why the engine ended a request with FinishReason::Error.
@@ -72,6 +83,10 @@ struct TokenEvent {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t completion_tokens = 0;
   std::uint32_t cached_prompt_tokens = 0;
+  /// On a request's first event: seconds from its arrival to the first step
+  /// that ran it (or, for a fork, that computed its prompt); -1 on later
+  /// events.
+  float queue_seconds = -1.0f;
   /// With FinishReason::Error: why, and a sentence for the client.
   EngineFault fault = EngineFault::None;
   std::string error;
@@ -122,6 +137,9 @@ struct LoadReport {
   /// prompts), and those found there.
   std::uint64_t prefix_queried_tokens = 0;
   std::uint64_t prefix_hit_tokens = 0;
+  /// Tokens run through the model, prompt and generated, recomputation
+  /// after a preemption included.
+  std::uint64_t computed_tokens = 0;
 };
 
 /// How loaded an engine is for routing: a waiting request counts four
@@ -171,15 +189,39 @@ class InferenceEngine {
  private:
   struct Active {
     GenerationRequest request;
+    /// RequestTable::no_slot while it follows a leader's prefill.
     std::uint32_t slot;
     std::uint32_t generated = 0;
     StreamingDetokenizer detokenizer;
     StopMatcher stops;
+    /// The group member whose prefill this request waits for, or 0.
+    std::uint64_t leader = 0;
+    /// Seconds from arrival to the first step that ran it; -1 until then.
+    float queue_seconds = -1.0f;
+    bool queue_reported = false;
   };
 
+  /// A request due to sample from the step's logits row `row`.
+  struct DueSample {
+    std::uint64_t request_id;
+    std::uint32_t row;
+  };
+
+  /// The group member still before its first token whose prefill a new
+  /// request with the same prompt can share, or null.
+  const Active* prefill_leader(const GenerationRequest& request) const;
+  /// Forks the followers of `leader`, whose prompt the step just computed,
+  /// off its pages; each is due to sample from the same `row`.
+  void fork_followers(const Active& leader, std::uint32_t row);
+  /// `leader` leaves before its prompt was computed: its first follower
+  /// takes its place in the table and leads the others.
+  void promote_followers(std::uint64_t leader);
+  /// Records the queue time of the requests that ran for the first time in
+  /// the step that started at `step_start`, and counts its tokens.
+  void note_step(std::chrono::steady_clock::time_point step_start);
   void sample_into(Active& active, const float* logits, std::vector<TokenEvent>& events);
-  /// Samples every item awaiting a token on the backend's device, in as
-  /// many sample() calls as its capacity needs. False when the backend
+  /// Samples every due request on the backend's device, in as many
+  /// sample() calls as its capacity needs. False when the backend
   /// failed (`error` says why); the caller ends every request.
   bool sample_on_device(std::vector<TokenEvent>& events, BackendError& error);
   /// Appends spec `item`'s penalty window (distinct tokens and counts) to
@@ -190,6 +232,10 @@ class InferenceEngine {
   void accept_sample(Active& active, const SampleResult& sampled, const TokenLogprob* top,
                      std::uint32_t top_count, std::vector<TokenEvent>& events);
   void finish(Active& active, FinishReason reason, TokenEvent& last);
+  /// Sets the queue time on `active`'s first event.
+  void report_queue_time(Active& active, TokenEvent& event);
+  /// Ends every request with `fault` (after a failed step).
+  void end_all(EngineFault fault, const std::string& error, std::vector<TokenEvent>& events);
   /// Ends `active` with FinishReason::Error and `fault` (the caller forgets
   /// it).
   TokenEvent end_with_error(Active& active, EngineFault fault, std::string error);
@@ -217,10 +263,18 @@ class InferenceEngine {
   std::vector<RaggedTopLogprob> sample_top_;
   std::vector<TokenId> window_scratch_;
   std::vector<std::uint64_t> preempted_;
+  std::vector<DueSample> due_;               // [max_requests]
+  std::vector<std::uint64_t> sample_owners_; // [sample_capacity_.max_specs]
+  /// Requests that wait for a leader's prefill; each holds a table slot in
+  /// reserve, so that its fork always finds one.
+  std::uint32_t followers_ = 0;
+  /// Requests whose queue time is not measured yet.
+  std::uint32_t unmeasured_ = 0;
   // Totals for LoadReport.
   std::uint64_t preemptions_total_ = 0;
   std::uint64_t prompt_tokens_total_ = 0;
   std::uint64_t generated_tokens_total_ = 0;
+  std::uint64_t computed_tokens_total_ = 0;
   std::unordered_map<std::uint64_t, Active> requests_;
 };
 
