@@ -216,6 +216,8 @@ TEST_CASE("the coordinator routes to the engine with the lowest score") {
   CHECK(stats.loads[0].waiting == 1);
   CHECK(stats.loads[1].running == 3);
   CHECK(stats.loads[2].score == 5.0);
+  // Each load comes with its engine, so a reader can name it.
+  CHECK(stats.handles == f.engines);
 }
 
 TEST_CASE("ties between equally loaded engines go round robin") {
@@ -629,6 +631,43 @@ token_sink::behavior_type silent_sink() {
 }
 
 } // namespace
+
+TEST_CASE("the members of a prefill group meet on one engine, whatever the loads say") {
+  for (bool prefix_routing : {true, false}) {
+    CoordinatorConfig config = test_config();
+    config.prefix_routing = prefix_routing;
+    CoordinatorFixture f(config);
+    f.add_engines(3);
+    for (const auto& log : f.logs)
+      log->load = load_of(1, 0);
+    f.poll();
+    GenerateRequest member = request_with(tokens_of(5, 2));
+    member.prefill_group = 42;
+    const int first = f.route(member);
+    REQUIRE(first >= 0);
+    // Its load now counts the routed members; a request outside the group
+    // goes elsewhere, the group's members do not.
+    for (int i = 0; i < 6; ++i)
+      CHECK(f.route(member) == first);
+    CHECK(f.route(request_with(tokens_of(6, 2))) != first);
+    // Another group balances on its own.
+    GenerateRequest stranger = member;
+    stranger.prefill_group = 43;
+    CHECK(f.route(stranger) != first);
+    // A member resumed after a failure (it carries generated tokens) or
+    // avoiding the group's engine is routed as any request.
+    GenerateRequest resumed = member;
+    resumed.generated = {1, 2};
+    CHECK(f.route(resumed) != first);
+    CHECK(f.route(member, first) != first);
+    // The group's engine goes away: the group moves on, together.
+    f.deregister_engine(f.engines[static_cast<std::size_t>(first)]);
+    const int second = f.route(member);
+    REQUIRE(second >= 0);
+    CHECK(second != first);
+    CHECK(f.route(member) == second);
+  }
+}
 
 TEST_CASE("a request actor asks the coordinator with its prompt, text or tokens") {
   caf::actor_system_config cfg;

@@ -59,7 +59,7 @@ struct WorkerLog {
 worker_actor::behavior_type stand_in_worker(worker_actor::pointer, std::shared_ptr<WorkerLog> log) {
   return {
       [log](add_atom, std::uint64_t engine_id, const GenerateRequest& request,
-            const token_sink& sink) {
+            const token_sink& sink, std::int64_t) {
         log->added.push_back(request.id);
         log->received.push_back({engine_id, request, sink});
         log->engine_ids[request.id] = engine_id;

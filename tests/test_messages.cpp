@@ -154,7 +154,7 @@ TEST_CASE_METHOD(Fixture, "InferenceError, Admission and LoadReport round-trip")
     CHECK_FALSE(x.accepted);
     CHECK(x.error.code == InferenceErrorCode::backpressure);
   }
-  LoadReport l{3, 4, 100, 200, 0.5, 19.0, 7, 1000, 500, 640, 320};
+  LoadReport l{3, 4, 100, 200, 0.5, 19.0, 7, 1000, 500, 640, 320, 4321};
   for (const auto& x : {round_trip(l).first, round_trip(l).second}) {
     CHECK(x.running == 3);
     CHECK(x.waiting == 4);
@@ -167,8 +167,9 @@ TEST_CASE_METHOD(Fixture, "InferenceError, Admission and LoadReport round-trip")
     CHECK(x.generated_tokens == 500);
     CHECK(x.prefix_queried_tokens == 640);
     CHECK(x.prefix_hit_tokens == 320);
+    CHECK(x.computed_tokens == 4321);
   }
-  CoordinatorStats s{2, 9, {l, l}};
+  CoordinatorStats s{2, 9, {l, l}, {}};
   for (const auto& x : {round_trip(s).first, round_trip(s).second}) {
     CHECK(x.engines == 2);
     CHECK(x.routed == 9);

@@ -105,13 +105,14 @@ std::vector<json> sse_events(const std::string& body, bool& done) {
 /// A cluster of one replica and its server.
 struct ServerFixture {
   explicit ServerFixture(EngineLimits limits = {}, std::string api_key = {},
-                         std::uint32_t context = 512, bool chat_template = true)
+                         std::uint32_t context = 512, bool chat_template = true,
+                         std::uint32_t replicas = 1)
     : system(threaded(cfg)) {
     RandomModelSpec spec = caflm::testing::small_random_spec("llama", 77);
     spec.context_length = context;
     model = caflm::testing::random_model(spec);
     ClusterOptions options;
-    options.replicas = 1;
+    options.replicas = replicas;
     options.limits = limits;
     options.kv_cache_bytes = std::size_t{16} << 20;
     options.request.max_backpressure_refusals = 1;
@@ -389,4 +390,29 @@ TEST_CASE("without a chat template, completions serve and chat says what is miss
   CHECK(chat.parsed()["error"]["message"].get<std::string>().find("--chat-template") !=
         std::string::npos);
   CHECK(f.post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}).status == 200);
+}
+
+TEST_CASE("/metrics names each engine and measures the queue time of every request",
+          "[openai_server]") {
+  ServerFixture f({}, {}, 512, true, /*replicas=*/2);
+  // Four choices of one long prompt: they form one prefill group, which the
+  // coordinator keeps on one engine and that engine computes once.
+  std::vector<int> prompt(70);
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<int>(3 + i * 7 % 200);
+  const Reply reply = f.post("/v1/completions", {{"prompt", prompt},
+                                                 {"max_tokens", 3},
+                                                 {"ignore_eos", true},
+                                                 {"n", 4},
+                                                 {"seed", 9},
+                                                 {"temperature", 1.0}});
+  INFO(reply.body);
+  REQUIRE(reply.status == 200);
+  CHECK(reply.parsed()["choices"].size() == 4);
+  CHECK(reply.parsed()["usage"]["prompt_tokens"] == 70);
+  CHECK(f.metric("vllm:request_queue_time_seconds_count{model_name=\"tiny\"}") == 4.0);
+  CHECK(f.metric("vllm:request_queue_time_seconds_sum{model_name=\"tiny\"}") >= 0.0);
+  for (const char* engine : {"local-0", "local-1"})
+    CHECK(f.metric(std::string("caflm_engine_up{model_name=\"tiny\",engine=\"") + engine + "\"}") ==
+          1.0);
 }

@@ -148,12 +148,14 @@ void Cluster::start(std::shared_ptr<const Model> model) {
     coordinator_config.cache_salt = model->cache_salt();
   coordinator_ = spawn_coordinator(system_, coordinator_config);
   for (auto& engine : local) {
+    engine_names_.push_back("local-" + std::to_string(engines_.size()));
     engines_.push_back(spawn_engine_core(system_, std::move(engine), options_.limits));
     caf::anon_send(coordinator_, register_atom::value, engines_.back());
   }
   for (auto& [host, port] : remotes) {
     remotes_.push_back(spawn_remote_engine(system_, host, port, coordinator_, options_.remote));
     engines_.push_back(remotes_.back());
+    engine_names_.push_back(host + ":" + std::to_string(port));
   }
 }
 
@@ -210,6 +212,7 @@ void Cluster::shutdown() {
   for (auto& engine : engines_)
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
   engines_.clear();
+  engine_names_.clear();
   remotes_.clear();
   if (coordinator_)
     caf::anon_send_exit(coordinator_, caf::exit_reason::user_shutdown);

@@ -97,6 +97,9 @@ class Cluster {
   /// without local replicas.
   const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
   const std::vector<engine_core_actor>& engines() const { return engines_; }
+  /// A stable name for each of `engines()`: "local-N" for local replicas,
+  /// "HOST:PORT" for remote workers.
+  const std::vector<std::string>& engine_names() const { return engine_names_; }
 
   /// Streams `request` to `sink`; send the returned actor `cancel_atom` to
   /// cancel it.
@@ -126,6 +129,7 @@ class Cluster {
   ClusterOptions options_;
   dp_coordinator_actor coordinator_;
   std::vector<engine_core_actor> engines_;
+  std::vector<std::string> engine_names_;
   std::vector<remote_engine_actor> remotes_;
   std::shared_ptr<const Tokenizer> tokenizer_;
 };

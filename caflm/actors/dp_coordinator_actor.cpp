@@ -1,8 +1,10 @@
 #include "caflm/actors/dp_coordinator_actor.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <stdexcept>
+#include <unordered_map>
 #include <xxhash.h>
 
 #include <caf/all.hpp>
@@ -159,6 +161,10 @@ struct EngineEntry {
   }
 };
 
+/// Prefill groups whose engine the coordinator remembers: far more than
+/// can arrive while one group's members are being routed.
+constexpr std::size_t kRememberedGroups = 4096;
+
 struct CoordinatorState {
   CoordinatorConfig config;
   std::vector<EngineEntry> engines;
@@ -166,6 +172,11 @@ struct CoordinatorState {
   std::size_t round_robin = 0;
   /// The block key chain of the request being routed (reused).
   std::vector<std::uint64_t> chain;
+  /// Where the latest prefill groups went (oldest first forgotten), so that
+  /// the parallel samples of one prompt meet on one engine and share its
+  /// prefill.
+  std::unordered_map<std::uint64_t, caf::actor_addr> group_engines;
+  std::deque<std::uint64_t> group_order;
 
   static inline const char* name = "caflm.coordinator";
 };
@@ -262,6 +273,37 @@ engine_core_actor route(CoordinatorState& st, const GenerateRequest& request,
   return chosen->engine;
 }
 
+/// Routes a member of a prefill group to the engine its group went to, if
+/// that one is still registered and eligible; otherwise as any request.
+engine_core_actor route_member(CoordinatorState& st, const GenerateRequest& request,
+                               const engine_core_actor& avoid) {
+  if (request.prefill_group == 0 || !request.generated.empty())
+    return route(st, request, avoid);
+  auto known = st.group_engines.find(request.prefill_group);
+  if (known != st.group_engines.end()) {
+    auto entry = find(st, known->second);
+    if (entry != st.engines.end() && (!avoid || entry->engine != avoid)) {
+      ++entry->routed;
+      ++st.routed;
+      return entry->engine;
+    }
+  }
+  engine_core_actor chosen = route(st, request, avoid);
+  if (chosen) {
+    if (known != st.group_engines.end()) {
+      known->second = chosen.address();
+    } else {
+      st.group_engines.emplace(request.prefill_group, chosen.address());
+      st.group_order.push_back(request.prefill_group);
+      if (st.group_order.size() > kRememberedGroups) {
+        st.group_engines.erase(st.group_order.front());
+        st.group_order.pop_front();
+      }
+    }
+  }
+  return chosen;
+}
+
 coordinator_actor::behavior_type coordinator(coordinator_pointer self, CoordinatorConfig config) {
   self->state.config = config;
   self->set_down_handler([self](const caf::down_msg& down) {
@@ -275,7 +317,7 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self, Coordinat
   self->send(self, poll_atom::value);
   return {
       [self](route_atom, const GenerateRequest& request, const engine_core_actor& avoid)
-          -> engine_core_actor { return route(self->state, request, avoid); },
+          -> engine_core_actor { return route_member(self->state, request, avoid); },
       [self](register_atom, const engine_core_actor& engine) {
         if (!engine || find(self->state, engine.address()) != self->state.engines.end())
           return;
@@ -293,8 +335,10 @@ coordinator_actor::behavior_type coordinator(coordinator_pointer self, Coordinat
         CoordinatorStats stats;
         stats.engines = static_cast<std::uint32_t>(self->state.engines.size());
         stats.routed = self->state.routed;
-        for (const EngineEntry& e : self->state.engines)
+        for (const EngineEntry& e : self->state.engines) {
           stats.loads.push_back(e.load);
+          stats.handles.push_back(e.engine);
+        }
         return stats;
       },
       [self](poll_atom) { poll(self); },

@@ -1,5 +1,6 @@
 #include "caflm/actors/engine_core_actor.hpp"
 
+#include <chrono>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -26,6 +27,8 @@ struct Pending {
   std::uint64_t engine_id;
   GenerateRequest request;
   token_sink sink;
+  /// When the request reached the core (steady clock), for its queue time.
+  std::int64_t arrival_ns;
 };
 
 /// Queue order: higher priority first, then arrival.
@@ -165,14 +168,14 @@ void dispatch(core_pointer self) {
     // The worker watches the sinks of the requests it runs.
     unwatch(self, pending.sink.address());
     self->send(st.worker, add_atom::value, pending.engine_id, std::move(pending.request),
-               std::move(pending.sink));
+               std::move(pending.sink), pending.arrival_ns);
     st.queue.erase(next);
   }
 }
 
 /// Queues a checked, tokenized request, or refuses it.
 Admission admit(core_pointer self, std::uint64_t engine_id, GenerateRequest request,
-                token_sink sink) {
+                token_sink sink, std::int64_t arrival_ns) {
   auto& st = self->state;
   if (auto refused = check_tokens(st, request)) {
     unwatch(self, sink.address());
@@ -182,7 +185,7 @@ Admission admit(core_pointer self, std::uint64_t engine_id, GenerateRequest requ
   const Admission accepted = Admission::accept(request.id, request.attempt);
   const QueuePosition position{-std::int64_t{request.priority}, st.arrivals++};
   st.queued.emplace(engine_id, position);
-  st.queue.emplace(position, Pending{engine_id, std::move(request), std::move(sink)});
+  st.queue.emplace(position, Pending{engine_id, std::move(request), std::move(sink), arrival_ns});
   dispatch(self);
   return accepted;
 }
@@ -206,12 +209,14 @@ caf::result<Admission> add(core_pointer self, GenerateRequest& request, token_si
   if (auto refused = precheck(self, request, sink))
     return *refused;
   const std::uint64_t engine_id = st.next_engine_id++;
+  const std::int64_t arrival_ns =
+      std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
   const RequestKey key{sink.address(), request.id, request.attempt};
   st.ids.emplace(key, engine_id);
   st.keys.emplace(engine_id, key);
   watch(self, sink);
   if (!request.prompt_tokens.empty())
-    return admit(self, engine_id, std::move(request), std::move(sink));
+    return admit(self, engine_id, std::move(request), std::move(sink), arrival_ns);
   // Text is tokenized by the tokenizer actor, and admission answered when its
   // tokens are back; meanwhile the request counts as waiting.
   st.tokenizing.emplace(engine_id, false);
@@ -221,7 +226,7 @@ caf::result<Admission> add(core_pointer self, GenerateRequest& request, token_si
   std::string text = std::move(request.prompt);
   self->request(st.tokenizer, caf::infinite, tokenize_atom::value, std::move(text))
       .then(
-          [self, promise, engine_id, request = std::move(request),
+          [self, promise, engine_id, arrival_ns, request = std::move(request),
            sink = std::move(sink)](std::vector<TokenId>& tokens) mutable {
             auto& st = self->state;
             auto it = st.tokenizing.find(engine_id);
@@ -235,7 +240,8 @@ caf::result<Admission> add(core_pointer self, GenerateRequest& request, token_si
               return;
             }
             request.prompt_tokens = std::move(tokens);
-            promise.deliver(admit(self, engine_id, std::move(request), std::move(sink)));
+            promise.deliver(
+                admit(self, engine_id, std::move(request), std::move(sink), arrival_ns));
           },
           [self, promise, engine_id, id, attempt](const caf::error& error) mutable {
             auto& st = self->state;

@@ -1,5 +1,6 @@
 #include "caflm/actors/worker_actor.hpp"
 
+#include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -91,6 +92,7 @@ TokenChunk to_chunk(Served& served, TokenEvent& event) {
   }
   chunk.text = std::move(event.text);
   chunk.finish = event.finish;
+  chunk.queue_seconds = event.queue_seconds;
   if (event.finish != FinishReason::None)
     chunk.usage = Usage{event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens};
   return chunk;
@@ -201,10 +203,13 @@ void run_step(worker_pointer self) {
   schedule_step(self);
 }
 
-void add(worker_pointer self, std::uint64_t engine_id, GenerateRequest& request, token_sink& sink) {
+void add(worker_pointer self, std::uint64_t engine_id, GenerateRequest& request, token_sink& sink,
+         std::int64_t arrival_ns) {
   auto& st = self->state;
   GenerationRequest generation{engine_id, request.prompt_tokens, std::move(request.params),
                                request.generated};
+  generation.prefill_group = request.prefill_group;
+  generation.arrival = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(arrival_ns));
   if (auto refused = st.engine->add(std::move(generation))) {
     log(LogLevel::Warning, "engine refused request {} (attempt {}) the core had admitted: {}",
         request.id, request.attempt, to_string(*refused));
@@ -236,9 +241,8 @@ worker_actor::behavior_type worker(worker_pointer self, std::shared_ptr<Inferenc
     cancel_requests(self, orphans);
   });
   return {
-      [self](add_atom, std::uint64_t engine_id, GenerateRequest& request, token_sink& sink) {
-        add(self, engine_id, request, sink);
-      },
+      [self](add_atom, std::uint64_t engine_id, GenerateRequest& request, token_sink& sink,
+             std::int64_t arrival_ns) { add(self, engine_id, request, sink, arrival_ns); },
       [self](cancel_atom, std::uint64_t engine_id) { cancel_requests(self, {engine_id}); },
       [self](step_atom) { run_step(self); },
   };

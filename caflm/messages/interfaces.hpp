@@ -28,12 +28,15 @@ using engine_core_actor =
 struct CoordinatorStats {
   std::uint32_t engines = 0;
   std::uint64_t routed = 0;
+  /// The last load each registered engine reported, and that engine.
   std::vector<LoadReport> loads;
+  std::vector<engine_core_actor> handles;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CoordinatorStats& x) {
-  return f(caf::meta::type_name("caflm::CoordinatorStats"), x.engines, x.routed, x.loads);
+  return f(caf::meta::type_name("caflm::CoordinatorStats"), x.engines, x.routed, x.loads,
+           x.handles);
 }
 
 /// Spreads requests over engines by load and prefix affinity. `route`
@@ -55,10 +58,12 @@ using engine_core_internal_actor =
 
 /// The detached actor that owns a model runner and runs the step loop. The
 /// core hands it each request with the engine's own id for it, unique in
-/// the engine, and cancels by that id.
-using worker_actor =
-    caf::typed_actor<caf::reacts_to<add_atom, std::uint64_t, GenerateRequest, token_sink>,
-                     caf::reacts_to<cancel_atom, std::uint64_t>, caf::reacts_to<step_atom>>;
+/// the engine, and the steady-clock time in nanoseconds when the request
+/// reached the core (its queue time counts from there); it cancels by that
+/// id.
+using worker_actor = caf::typed_actor<
+    caf::reacts_to<add_atom, std::uint64_t, GenerateRequest, token_sink, std::int64_t>,
+    caf::reacts_to<cancel_atom, std::uint64_t>, caf::reacts_to<step_atom>>;
 
 /// How a remote engine's proxy stands with its worker.
 struct RemoteEngineStatus {

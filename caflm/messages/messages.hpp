@@ -84,6 +84,10 @@ struct GenerateRequest {
   /// Tokens already generated (and streamed) by an engine that failed; the
   /// next engine continues after them.
   std::vector<TokenId> generated;
+  /// Nonzero for the parallel samples of one prompt (an API request's `n`
+  /// choices): an engine computes their shared prompt once and forks it
+  /// copy-on-write, and a coordinator sends them to one engine.
+  std::uint64_t prefill_group = 0;
 };
 
 /// Token counts reported with a request's last chunk.
@@ -112,6 +116,9 @@ struct TokenChunk {
   /// None until the last chunk.
   FinishReason finish = FinishReason::None;
   Usage usage;
+  /// On a request's first chunk from an engine: seconds it waited there
+  /// before its first step; negative on the others.
+  float queue_seconds = -1.0f;
 };
 
 /// Every chunk one step produced for one destination: a request's sink, or
@@ -169,7 +176,7 @@ typename Inspector::result_type inspect(Inspector& f, InferenceError& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GenerateRequest& x) {
   return f(caf::meta::type_name("caflm::GenerateRequest"), x.id, x.attempt, x.prompt,
-           x.prompt_tokens, x.params, x.priority, x.generated);
+           x.prompt_tokens, x.params, x.priority, x.generated, x.prefill_group);
 }
 
 template <class Inspector>
@@ -181,7 +188,8 @@ typename Inspector::result_type inspect(Inspector& f, Usage& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenChunk& x) {
   return f(caf::meta::type_name("caflm::TokenChunk"), x.request_id, x.attempt, x.first_token,
-           x.prompt_tokens, x.tokens, x.text, x.logprobs, x.top_logprobs, x.finish, x.usage);
+           x.prompt_tokens, x.tokens, x.text, x.logprobs, x.top_logprobs, x.finish, x.usage,
+           x.queue_seconds);
 }
 
 template <class Inspector>
@@ -198,7 +206,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
   return f(caf::meta::type_name("caflm::LoadReport"), x.running, x.waiting, x.free_blocks,
            x.total_blocks, x.prefix_hit_rate, x.score, x.preemptions, x.prompt_tokens,
-           x.generated_tokens, x.prefix_queried_tokens, x.prefix_hit_tokens);
+           x.generated_tokens, x.prefix_queried_tokens, x.prefix_hit_tokens, x.computed_tokens);
 }
 
 } // namespace caflm

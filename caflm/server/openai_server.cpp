@@ -1,5 +1,6 @@
 #include "caflm/server/openai_server.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <utility>
@@ -131,12 +132,23 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void start() {
     auto self = shared_from_this();
     std::lock_guard<std::mutex> guard(mutex_);
+    // Choices of one prompt form a prefill group: one engine computes the
+    // prompt once and forks it for each.
+    std::vector<std::uint64_t> groups(choices_.size(), 0);
+    for (std::size_t c = 0; c < choices_.size(); ++c)
+      for (std::size_t earlier = 0; earlier < c && groups[c] == 0; ++earlier)
+        if (choices_[earlier].prompt == choices_[c].prompt) {
+          if (groups[earlier] == 0)
+            groups[earlier] = shared_->next_id.fetch_add(1);
+          groups[c] = groups[earlier];
+        }
     for (std::size_t c = 0; c < choices_.size(); ++c) {
       Choice& choice = choices_[c];
       GenerateRequest request;
       request.id = shared_->next_id.fetch_add(1);
       request.prompt_tokens = choice.prompt;
       request.params = choice.params;
+      request.prefill_group = groups[c];
       shared_->metrics->request_started();
       token_sink sink = spawn_collector(
           shared_->system, request.id,
@@ -205,7 +217,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (!chunk.tokens.empty()) {
       if (!choice.saw_token) {
         choice.saw_token = true;
-        shared_->metrics->first_token(seconds_between(started_, now), std::nan(""));
+        shared_->metrics->first_token(seconds_between(started_, now), chunk.queue_seconds >= 0.0f
+                                                                          ? chunk.queue_seconds
+                                                                          : std::nan(""));
         if (chunk.tokens.size() > 1)
           shared_->metrics->tokens(chunk.tokens.size() - 1, 0.0);
       } else {
@@ -523,44 +537,58 @@ OpenAiServer::OpenAiServer(caf::actor_system& system, Cluster& cluster,
                   }
                 });
               });
-  http_.route("GET", "/metrics",
-              [shared](const HttpRequest&, std::shared_ptr<ResponseWriter> writer) {
-                const std::size_t total = shared->cluster.engines().size();
-                with_cluster_state(shared, [shared, writer, total](const CoordinatorStats* stats) {
-                  if (stats != nullptr) {
-                    ClusterState state;
-                    for (std::size_t i = 0; i < stats->loads.size(); ++i) {
-                      const LoadReport& load = stats->loads[i];
-                      EngineState engine;
-                      engine.name = std::to_string(i);
-                      engine.up = true;
-                      engine.running = load.running;
-                      engine.waiting = load.waiting;
-                      engine.free_blocks = load.free_blocks;
-                      engine.total_blocks = load.total_blocks;
-                      engine.load = load.score;
-                      engine.preemptions = load.preemptions;
-                      engine.prompt_tokens = load.prompt_tokens;
-                      engine.generated_tokens = load.generated_tokens;
-                      engine.prefix_queried_tokens = load.prefix_queried_tokens;
-                      engine.prefix_hit_tokens = load.prefix_hit_tokens;
-                      state.engines.push_back(std::move(engine));
-                    }
-                    for (std::size_t i = stats->loads.size(); i < total; ++i) {
-                      EngineState down;
-                      down.name = std::to_string(i);
-                      state.engines.push_back(std::move(down));
-                    }
-                    try {
-                      shared->metrics->set_cluster_state(state);
-                    } catch (const std::exception& e) {
-                      log(LogLevel::Warning, "metrics: {}", e.what());
-                    }
-                  }
-                  writer->respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                                  shared->metrics->render());
-                });
-              });
+  http_.route(
+      "GET", "/metrics", [shared](const HttpRequest&, std::shared_ptr<ResponseWriter> writer) {
+        with_cluster_state(shared, [shared, writer](const CoordinatorStats* stats) {
+          if (stats != nullptr) {
+            // Each engine of the cluster by its stable name, up when
+            // the coordinator has it registered.
+            const auto& engines = shared->cluster.engines();
+            const auto& names = shared->cluster.engine_names();
+            std::vector<bool> reported(engines.size(), false);
+            ClusterState state;
+            for (std::size_t i = 0; i < stats->loads.size(); ++i) {
+              const LoadReport& load = stats->loads[i];
+              const auto known = i < stats->handles.size()
+                                     ? std::find(engines.begin(), engines.end(), stats->handles[i])
+                                     : engines.end();
+              EngineState engine;
+              if (known != engines.end()) {
+                const auto index = static_cast<std::size_t>(known - engines.begin());
+                engine.name = names[index];
+                reported[index] = true;
+              } else {
+                engine.name = "unlisted-" + std::to_string(i);
+              }
+              engine.up = true;
+              engine.running = load.running;
+              engine.waiting = load.waiting;
+              engine.free_blocks = load.free_blocks;
+              engine.total_blocks = load.total_blocks;
+              engine.load = load.score;
+              engine.preemptions = load.preemptions;
+              engine.prompt_tokens = load.prompt_tokens;
+              engine.generated_tokens = load.generated_tokens;
+              engine.prefix_queried_tokens = load.prefix_queried_tokens;
+              engine.prefix_hit_tokens = load.prefix_hit_tokens;
+              state.engines.push_back(std::move(engine));
+            }
+            for (std::size_t i = 0; i < engines.size(); ++i)
+              if (!reported[i]) {
+                EngineState down;
+                down.name = names[i];
+                state.engines.push_back(std::move(down));
+              }
+            try {
+              shared->metrics->set_cluster_state(state);
+            } catch (const std::exception& e) {
+              log(LogLevel::Warning, "metrics: {}", e.what());
+            }
+          }
+          writer->respond(200, "text/plain; version=0.0.4; charset=utf-8",
+                          shared->metrics->render());
+        });
+      });
   http_.fallback([shared](const HttpRequest& request, std::shared_ptr<ResponseWriter> writer) {
     send_error(*writer, path_not_found(request.method, request.target),
                shared->options.retry_after);
