@@ -23,7 +23,6 @@
 // model's vocabulary, so the default 32000 must be lowered for smaller ones.
 // Random ids may decode to text that tokenizes differently; that does not
 // matter because the server receives the ids, not the text.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -358,16 +357,6 @@ nlohmann::json report_json(const BenchServeOptions& options, const std::string& 
   return json;
 }
 
-/// Every request holds a socket: let the process open as many files as its
-/// hard limit allows, not the usual soft 1024.
-void raise_file_limit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &limit);
-  }
-}
-
 void run_bench_serve(const BenchServeOptions& options) {
   const double rate = parse_rate(options.rate);
   check_options(options);
@@ -376,7 +365,7 @@ void run_bench_serve(const BenchServeOptions& options) {
   load.api_key = options.api_key;
   load.max_concurrency = options.max_concurrency;
   load.idle_timeout_s = options.request_timeout_s;
-  raise_file_limit();
+  raise_open_file_limit();
 
   // Reaching /v1/models first fails fast, with one clear message, when
   // nothing listens; it also names the model when --model does not.

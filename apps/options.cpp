@@ -6,6 +6,7 @@
 #include <map>
 #include <netdb.h>
 #include <stdexcept>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +31,14 @@ std::size_t mebibytes(std::uint64_t mib, const char* option) {
     throw std::invalid_argument(std::string(option) + " " + std::to_string(mib) +
                                 " is more bytes than this machine can address");
   return static_cast<std::size_t>(mib) << 20;
+}
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
 }
 
 void check_port_free(const std::string& host, std::uint16_t port) {

@@ -25,6 +25,10 @@ std::size_t mebibytes(std::uint64_t mib, const char* option);
 /// `host` is no address of this machine). Port 0 always passes.
 void check_port_free(const std::string& host, std::uint16_t port);
 
+/// Lets the process open as many files as its hard limit allows, not the
+/// usual soft 1024: every HTTP connection holds a socket.
+void raise_open_file_limit();
+
 /// Adds `--log-level` to `app`: what the operator log says, on standard
 /// error (debug, info, warning, error, off).
 void add_log_level_option(CLI::App& app);

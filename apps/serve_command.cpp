@@ -52,6 +52,7 @@ void run_serve(const ServeOptions& options, caf::actor_system& system,
   if (options.routing != "prefix" && options.routing != "load")
     throw std::invalid_argument("--routing must be prefix or load, not " + options.routing);
   check_port_free(options.host, options.port);
+  raise_open_file_limit();
 
   // The model is loaded even without local replicas: its tokenizer and
   // chat template turn requests into the token ids engines and routing use.

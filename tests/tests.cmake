@@ -75,3 +75,7 @@ add_test(NAME test_openai_client
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/openai_client/run.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/openai_client)
 caflm_add_test(test_sampler_equivalence caflm_sampling)
+# 1,000 concurrent streams through `caflm serve`, with bench-serve as the client.
+add_test(NAME test_serve_streams
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_streams.sh $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/serve_streams)
