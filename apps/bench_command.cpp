@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <omp.h>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
+#include "caflm/cpu/memory_bandwidth.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/engine_factory.hpp"
 #include "caflm/engine/inference_engine.hpp"
@@ -30,13 +32,75 @@ struct BenchOptions {
   Device device = Device::Auto;
   GpuMemory gpu_memory;
   bool json = false;
+  bool kv_waste = true;
 };
 
 struct BenchResult {
   std::uint32_t concurrency;
   double prefill_tok_s;
   double decode_tok_s;
+  /// The engine's KV cache, and the process's resident set at the end of
+  /// the run (the engine still alive).
+  std::uint64_t kv_cache_bytes = 0;
+  std::uint64_t resident_bytes = 0;
 };
+
+/// What the model's work costs per token, from its tensors: to turn token
+/// rates into bytes read per second and FLOP/s.
+struct ModelCost {
+  /// Bytes of weights a decode step reads: every tensor but the token
+  /// embedding (of which it gathers one row), unless the output projection
+  /// is tied to it.
+  double weight_bytes_per_step = 0.0;
+  /// 2 * the elements of the layers' matrices: FLOPs per token through them.
+  double layer_flops_per_token = 0.0;
+  /// 2 * vocab * dim: the output projection, once per sequence in a prefill
+  /// (only the last position's logits are computed).
+  double output_flops = 0.0;
+  /// FLOPs of attention per token per position it attends to (scores and
+  /// the weighted sum of values, every layer).
+  double attention_flops_per_position = 0.0;
+  /// K and V bytes of one position, every layer: what attention reads.
+  double kv_bytes_per_position = 0.0;
+};
+
+ModelCost model_cost(const Model& model) {
+  const GgufFile& file = model.file();
+  const ModelConfig& config = model.config();
+  ModelCost cost;
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  for (const GgufTensorInfo& tensor : file.tensors()) {
+    const bool embedding = tensor.name == "token_embd.weight";
+    if (!embedding || tied)
+      cost.weight_bytes_per_step += double(tensor.n_bytes);
+    if (tensor.name.rfind("blk.", 0) == 0 && tensor.dims.size() == 2)
+      cost.layer_flops_per_token += 2.0 * double(tensor.dims[0]) * double(tensor.dims[1]);
+  }
+  cost.output_flops = 2.0 * double(config.vocab_size) * double(config.dim);
+  cost.attention_flops_per_position =
+      4.0 * double(config.n_layers) * double(config.n_heads) * double(config.head_dim);
+  cost.kv_bytes_per_position = double(cpu_kv_block_bytes(config)) / double(kCpuKvBlockSize);
+  return cost;
+}
+
+/// FLOP/s of a prefill of `prompt`-token sequences at `tok_s` prompt tokens
+/// per second.
+double prefill_flops_per_second(const ModelCost& cost, std::uint32_t prompt, double tok_s) {
+  const double p = prompt;
+  const double per_sequence = p * cost.layer_flops_per_token + cost.output_flops +
+                              cost.attention_flops_per_position * p * (p + 1.0) / 2.0;
+  return per_sequence / p * tok_s;
+}
+
+/// Bytes per second a decode of `concurrency` sequences reads at `tok_s`:
+/// each step reads the weights once and every sequence's K and V.
+double decode_bytes_per_second(const ModelCost& cost, const BenchOptions& options,
+                               std::uint32_t concurrency, double tok_s) {
+  const double mean_context = options.prompt_tokens + options.gen_tokens / 2.0;
+  const double step_bytes =
+      cost.weight_bytes_per_step + concurrency * mean_context * cost.kv_bytes_per_position;
+  return tok_s / concurrency * step_bytes;
+}
 
 /// The process's resident set (VmRSS), or 0 when /proc cannot tell.
 std::uint64_t resident_bytes() {
@@ -60,11 +124,13 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
   sizing.max_context = options.prompt_tokens + options.gen_tokens + 1; // checked in run_bench
   sizing.max_requests = sizing.max_running = std::max(concurrency, 1u);
   std::unique_ptr<InferenceEngine> engine;
+  std::uint64_t kv_cache_bytes = 0;
   if (options.device == Device::Cpu) {
     // KV blocks for every sequence at full length, and one spare.
     const std::uint64_t blocks =
         std::uint64_t{concurrency} * cpu_kv_blocks_for(sizing.max_context) + 1;
     sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config());
+    kv_cache_bytes = sizing.kv_cache_bytes;
     EngineConfig config = cpu_engine_config(*model, sizing);
     config.prefix_caching = false;
     engine = make_cpu_engine(model, tokenizer, config);
@@ -105,7 +171,62 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
   auto done = clock::now();
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   return BenchResult{concurrency, concurrency * options.prompt_tokens / seconds(start, prefilled),
-                     concurrency * options.gen_tokens / seconds(prefilled, done)};
+                     concurrency * options.gen_tokens / seconds(prefilled, done), kv_cache_bytes,
+                     resident_bytes()};
+}
+
+/// KV cache waste under a mixed workload: `concurrency` sequences with
+/// prompts of 1/4 to 2 times --prompt-tokens and replies of 1/4 to 2 times
+/// --gen-tokens, all running; at every step, the slots of the blocks in use
+/// against those holding a computed token. Returns the wasted fraction over
+/// all steps.
+nlohmann::json measure_kv_waste(const std::shared_ptr<const Model>& model,
+                                const std::shared_ptr<const Tokenizer>& tokenizer,
+                                const BenchOptions& options, std::uint32_t concurrency) {
+  std::mt19937 rng(12345);
+  auto between = [&](std::uint32_t low, std::uint32_t high) {
+    return std::uniform_int_distribution<std::uint32_t>(std::max(low, 1u), std::max(high, 1u))(rng);
+  };
+  const std::uint32_t max_prompt = 2 * options.prompt_tokens;
+  const std::uint32_t max_gen = 2 * options.gen_tokens;
+  EngineOptions sizing;
+  sizing.device = Device::Cpu;
+  sizing.max_context =
+      std::min<std::uint32_t>(max_prompt + max_gen + 1, model->config().context_length);
+  sizing.max_requests = sizing.max_running = concurrency;
+  sizing.kv_cache_bytes = (std::uint64_t{concurrency} * cpu_kv_blocks_for(sizing.max_context) + 1) *
+                          cpu_kv_block_bytes(model->config());
+  EngineConfig config = cpu_engine_config(*model, sizing);
+  config.prefix_caching = false;
+  auto engine = make_cpu_engine(model, tokenizer, config);
+  std::uniform_int_distribution<TokenId> token(0, model->config().vocab_size - 1);
+  for (std::uint32_t i = 0; i < concurrency; ++i) {
+    GenerationRequest request;
+    request.id = i;
+    const std::uint32_t prompt =
+        std::min(between(options.prompt_tokens / 4, max_prompt), sizing.max_context - 2);
+    for (std::uint32_t t = 0; t < prompt; ++t)
+      request.prompt.push_back(token(rng));
+    request.params.temperature = 0.0f;
+    request.params.ignore_eos = true;
+    request.params.max_tokens = between(options.gen_tokens / 4, max_gen);
+    if (auto refused = engine->add(request))
+      throw std::runtime_error(to_string(*refused));
+  }
+  std::uint64_t allocated = 0, used = 0, steps = 0;
+  while (engine->has_work()) {
+    engine->step();
+    const KvOccupancy occupancy = engine->kv_occupancy();
+    allocated += occupancy.allocated_slots;
+    used += std::min(occupancy.used_slots, occupancy.allocated_slots);
+    ++steps;
+  }
+  return {{"sequences", concurrency},
+          {"block_size", config.scheduler.block_size},
+          {"steps", steps},
+          {"allocated_slot_steps", allocated},
+          {"used_slot_steps", used},
+          {"waste_fraction", allocated == 0 ? 0.0 : double(allocated - used) / double(allocated)}};
 }
 
 void run_bench(const BenchOptions& options) {
@@ -133,28 +254,65 @@ void run_bench(const BenchOptions& options) {
   warm_up.prompt_tokens = std::min<std::uint32_t>(options.prompt_tokens, 16);
   warm_up.gen_tokens = 2;
   run_one(model, tokenizer, warm_up, 1);
-  nlohmann::json results = nlohmann::json::array();
+  const ModelCost cost = model_cost(*model);
+  const std::uint64_t file_bytes = std::filesystem::file_size(options.model);
+  const std::uint64_t resident_after_load = resident_bytes();
+  // The machine's read bandwidth, on the threads the CPU runner uses: what
+  // a memory-bound decode could reach.
+  const double bandwidth = resolved.device == Device::Cpu ? measure_read_bandwidth() : 0.0;
+  nlohmann::json report;
+  report["model"] = options.model;
+  report["device"] = to_string(resolved.device);
+  report["threads"] = omp_get_max_threads();
+  report["file_bytes"] = file_bytes;
+  report["resident_bytes_after_load"] = resident_after_load;
+  report["read_bandwidth_gb_s"] = bandwidth > 0.0 ? nlohmann::json(bandwidth / 1e9) : nullptr;
+  report["weight_bytes_per_decode_step"] = cost.weight_bytes_per_step;
   if (!options.json) {
     // Every weight has been read once now; what is resident beyond the file
     // is the warm-up engine's buffers (freed) and the runtime.
-    std::printf("# %s on %s: file %s, resident after load and warm-up %s\n", options.model.c_str(),
-                to_string(resolved.device),
-                human_bytes(std::filesystem::file_size(options.model)).c_str(),
-                human_bytes(resident_bytes()).c_str());
-    std::printf("%6s %16s %16s\n", "B", "prefill tok/s", "decode tok/s");
+    std::printf("# %s on %s, %d threads: file %s, resident after load and warm-up %s",
+                options.model.c_str(), to_string(resolved.device), omp_get_max_threads(),
+                human_bytes(file_bytes).c_str(), human_bytes(resident_after_load).c_str());
+    if (bandwidth > 0.0)
+      std::printf(", read bandwidth %.1f GB/s", bandwidth / 1e9);
+    std::printf("\n%6s %14s %14s %14s %14s %10s %12s %12s\n", "B", "prefill tok/s", "decode tok/s",
+                "prefill GF/s", "decode GB/s", "of peak", "KV cache", "resident");
   }
+  nlohmann::json results = nlohmann::json::array();
   for (std::uint32_t b : options.concurrency) {
     BenchResult r = run_one(model, tokenizer, resolved, b);
-    if (options.json)
-      results.push_back({{"device", to_string(resolved.device)},
-                         {"concurrency", b},
-                         {"prefill_tok_s", r.prefill_tok_s},
-                         {"decode_tok_s", r.decode_tok_s}});
-    else
-      std::printf("%6u %16.1f %16.1f\n", b, r.prefill_tok_s, r.decode_tok_s);
+    const double gflops =
+        prefill_flops_per_second(cost, options.prompt_tokens, r.prefill_tok_s) / 1e9;
+    const double read = decode_bytes_per_second(cost, options, b, r.decode_tok_s);
+    const double fraction = bandwidth > 0.0 ? read / bandwidth : 0.0;
+    nlohmann::json row{
+        {"device", to_string(resolved.device)},
+        {"concurrency", b},
+        {"prefill_tok_s", r.prefill_tok_s},
+        {"decode_tok_s", r.decode_tok_s},
+        {"prefill_gflop_s", gflops},
+        {"decode_read_gb_s", read / 1e9},
+        {"decode_bandwidth_fraction", bandwidth > 0.0 ? nlohmann::json(fraction) : nullptr},
+        {"kv_cache_bytes", r.kv_cache_bytes},
+        {"resident_bytes", r.resident_bytes}};
+    results.push_back(row);
+    if (!options.json)
+      std::printf("%6u %14.1f %14.1f %14.1f %14.1f %9.0f%% %12s %12s\n", b, r.prefill_tok_s,
+                  r.decode_tok_s, gflops, read / 1e9, fraction * 100.0,
+                  human_bytes(r.kv_cache_bytes).c_str(), human_bytes(r.resident_bytes).c_str());
+  }
+  report["results"] = std::move(results);
+  if (options.kv_waste && resolved.device == Device::Cpu) {
+    const std::uint32_t sequences =
+        *std::max_element(options.concurrency.begin(), options.concurrency.end());
+    report["kv_waste"] = measure_kv_waste(model, tokenizer, options, sequences);
+    if (!options.json)
+      std::printf("# KV cache waste, %u mixed sequences: %.2f%% of allocated slots unused\n",
+                  sequences, 100.0 * report["kv_waste"]["waste_fraction"].get<double>());
   }
   if (options.json)
-    std::printf("%s\n", results.dump().c_str());
+    std::printf("%s\n", report.dump().c_str());
 }
 
 } // namespace
@@ -171,7 +329,10 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   add_device_options(*cmd, options->device, options->gpu_memory);
-  cmd->add_flag("--json", options->json, "Print a JSON array");
+  cmd->add_flag("--json", options->json,
+                "Print one JSON object: the machine, and a result per batch size");
+  cmd->add_flag("!--no-kv-waste", options->kv_waste,
+                "Skip the KV cache waste measurement (a mixed workload after the sizes)");
   cmd->callback([options] { run_bench(*options); });
 }
 

@@ -92,10 +92,10 @@ inspect_sizes() {
     END { if (bytes != "" && vocab != "") print bytes, vocab }' "$1"
 }
 
-# The bench's JSON array (its last line that starts with '[') as lines
+# The bench's JSON report (its last line that starts with '{'): its results as lines
 # "CONCURRENCY PREFILL_TOK_S DECODE_TOK_S"; a missing or null rate prints as nan.
 bench_rows() {
-  { grep '^\[' "$1" || true; } | tail -n 1 | tr '{' '\n' | awk '
+  { grep '^{' "$1" || true; } | tail -n 1 | sed 's/.*"results"://' | tr '{' '\n' | awk '
     function field(name,   rest) {
       if (!match($0, "\"" name "\":[^,}]*")) return "nan"
       rest = substr($0, RSTART + length(name) + 3, RLENGTH - length(name) - 3)
@@ -402,7 +402,7 @@ main() {
     add_row "bench" "exit $status$( ((status == 124)) && echo ' (timed out)')" "exit 0" FAIL
     failed=1
   else
-    grep '^\[' "$work/bench.out" | tail -n 1
+    grep '^{' "$work/bench.out" | tail -n 1
   fi
   touch "$work/bench.out"
 

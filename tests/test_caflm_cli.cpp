@@ -283,27 +283,42 @@ TEST_CASE("generate refuses bad sampling options") {
       "--max-tokens");
 }
 
-TEST_CASE("bench --json prints one object per batch size") {
+TEST_CASE("bench --json reports the machine and a result per batch size") {
   TempDir dir;
   const fs::path model = dir / "bench.gguf";
   REQUIRE(make_small_model(model.string(), {"llama", "f32", "128", "3", {}}).exit_code == 0);
   const auto out = parse_json(
       run_caflm({"bench", "--model", model.string(), "--device", "cpu", "--prompt-tokens", "8",
                  "--gen-tokens", "4", "--concurrency", "1,2", "--json"}));
-  REQUIRE(out.is_array());
-  REQUIRE(out.size() == 2);
+  INFO(out.dump());
+  REQUIRE(out.is_object());
+  CHECK(out["device"] == "cpu");
+  CHECK(out["file_bytes"] == fs::file_size(model));
+  CHECK(out["read_bandwidth_gb_s"].get<double>() > 0.0);
+  CHECK(out["weight_bytes_per_decode_step"].get<double>() > 0.0);
+  CHECK(out["weight_bytes_per_decode_step"].get<double>() < double(fs::file_size(model)));
+  const auto& results = out["results"];
+  REQUIRE(results.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) {
-    INFO(out[i].dump());
-    REQUIRE(out[i].is_object());
-    CHECK(out[i].size() == 4);
-    CHECK(out[i]["device"] == "cpu");
-    CHECK(out[i]["concurrency"] == i + 1);
-    for (const char* key : {"prefill_tok_s", "decode_tok_s"}) {
-      REQUIRE(out[i].contains(key));
-      REQUIRE(out[i][key].is_number());
-      CHECK(out[i][key].get<double>() > 0.0);
+    CHECK(results[i]["device"] == "cpu");
+    CHECK(results[i]["concurrency"] == i + 1);
+    for (const char* key : {"prefill_tok_s", "decode_tok_s", "prefill_gflop_s", "decode_read_gb_s",
+                            "decode_bandwidth_fraction"}) {
+      REQUIRE(results[i].contains(key));
+      REQUIRE(results[i][key].is_number());
+      CHECK(results[i][key].get<double>() > 0.0);
     }
+    CHECK(results[i]["kv_cache_bytes"].get<double>() > 0.0);
+    CHECK(results[i]["resident_bytes"].get<double>() > 0.0);
   }
+  // The mixed workload's KV waste: some slots of the last blocks are empty,
+  // never more than are allocated.
+  const auto& waste = out["kv_waste"];
+  CHECK(waste["sequences"] == 2);
+  CHECK(waste["used_slot_steps"].get<double>() > 0.0);
+  CHECK(waste["used_slot_steps"].get<double>() <= waste["allocated_slot_steps"].get<double>());
+  CHECK(waste["waste_fraction"].get<double>() >= 0.0);
+  CHECK(waste["waste_fraction"].get<double>() < 1.0);
   check_clean_failure(run_caflm({"bench", "--model", model.string(), "--gen-tokens", "0"}),
                       "--gen-tokens");
   check_clean_failure(run_caflm({"bench", "--model", model.string(), "--concurrency", "2,0"}),

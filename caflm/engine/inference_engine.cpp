@@ -249,6 +249,18 @@ LoadReport InferenceEngine::load() const {
   return load;
 }
 
+KvOccupancy InferenceEngine::kv_occupancy() const {
+  KvOccupancy occupancy;
+  occupancy.allocated_slots =
+      std::uint64_t{pool_.block_count() - pool_.free_count()} * config_.scheduler.block_size;
+  for (std::uint32_t slot = 0; slot < table_.capacity(); ++slot) {
+    const RequestView view = table_.view(slot);
+    if (view.state != RequestState::Empty && view.running)
+      occupancy.used_slots += view.computed;
+  }
+  return occupancy;
+}
+
 void InferenceEngine::note_step(std::chrono::steady_clock::time_point step_start) {
   computed_tokens_total_ += buffers_.token_count;
   if (unmeasured_ == 0)

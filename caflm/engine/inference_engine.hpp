@@ -142,6 +142,14 @@ struct LoadReport {
   std::uint64_t computed_tokens = 0;
 };
 
+/// The KV cache's token slots at one moment: those of the blocks in use,
+/// and those holding a computed token (a block shared by several requests
+/// counts its tokens for each, so compare without prefix sharing).
+struct KvOccupancy {
+  std::uint64_t allocated_slots = 0;
+  std::uint64_t used_slots = 0;
+};
+
 /// How loaded an engine is for routing: a waiting request counts four
 /// running ones, since it waits behind all of them.
 inline double load_score(std::uint32_t running, std::uint32_t waiting) {
@@ -169,6 +177,7 @@ class InferenceEngine {
   bool has_work() const { return !requests_.empty(); }
   std::size_t active() const { return requests_.size(); }
   LoadReport load() const;
+  KvOccupancy kv_occupancy() const;
   const EngineConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   /// The tokenizer, to share with other threads (it is immutable).
