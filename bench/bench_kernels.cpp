@@ -47,7 +47,7 @@ void set_flop_counters(benchmark::State& state, size_t m, size_t n, size_t k, si
       benchmark::Counter(w_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Args: {M, K, N}. Quantized types run with the kernels of kIsa.
+// Args: {M, K, N}. Runs the kernels of kIsa.
 template <TensorType kType, MatmulIsa kIsa = MatmulIsa::Avx2>
 void BM_linear(benchmark::State& state) {
   const auto m = static_cast<size_t>(state.range(0));
@@ -96,9 +96,12 @@ void linear_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N"})->UseRealTime();
 }
 
-BENCHMARK_TEMPLATE(BM_linear, TensorType::F32)->Apply(linear_shapes);
-BENCHMARK_TEMPLATE(BM_linear, TensorType::F16)->Apply(linear_shapes);
-BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16)->Apply(linear_shapes);
+BENCHMARK_TEMPLATE(BM_linear, TensorType::F32, MatmulIsa::Avx2)->Apply(linear_shapes);
+BENCHMARK_TEMPLATE(BM_linear, TensorType::F32, MatmulIsa::Avx512)->Apply(linear_shapes);
+BENCHMARK_TEMPLATE(BM_linear, TensorType::F16, MatmulIsa::Avx2)->Apply(linear_shapes);
+BENCHMARK_TEMPLATE(BM_linear, TensorType::F16, MatmulIsa::Avx512)->Apply(linear_shapes);
+BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16, MatmulIsa::Avx2)->Apply(linear_shapes);
+BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16, MatmulIsa::Avx512)->Apply(linear_shapes);
 BENCHMARK(BM_openblas_sgemm)->Apply(linear_shapes);
 
 // The projections of a small model (hidden 576, FFN 1536: SmolLM-135M's) at

@@ -283,9 +283,6 @@ TEST_CASE("linear rows are bitwise independent of batch size, position and threa
   }
   for (TensorType type : kWeightTypes) {
     for (MatmulIsa isa : supported_isas()) {
-      if (tensor_block_size(type) == 1 && isa != MatmulIsa::Avx2) {
-        continue; // one float kernel
-      }
       const size_t k = fits(type, 260) ? 260 : fits(type, 288) ? 288 : 512;
       const TestWeight w = make_weight(type, kN, k, rng);
       const std::vector<float> pool = random_vector(kPool * k, rng);

@@ -4,20 +4,21 @@
 
 #include <cstddef>
 
-// Linear layers on the CPU (AVX2 + FMA, and AVX-512 for quantized weights
-// where the CPU has it; OpenMP), batch invariant.
+// Linear layers on the CPU (AVX2 + FMA, and AVX-512 where the CPU has it;
+// OpenMP), batch invariant.
 //
 // Every output element y[r, n] is computed in one fixed order that depends on
-// K (and, for quantized weights, the instruction set) alone: for F32/F16/BF16
-// weights, one 8-lane accumulator takes fma(x[r, k..k+8], w[n, k..k+8]) chunk
-// by chunk along K (a partial last chunk zero-padded), then a fixed horizontal
-// sum, then + bias[n]. For quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q2_K .. Q6_K) the row of x is first quantized on its own, as llama.cpp does,
-// to Q8_0 (for Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1) or Q8_K (the K-quants);
-// each block's integer dot product is exact, and a float accumulator takes the
-// scaled block sums block by block (caflm/cpu/quantized_matmul.hpp and the
-// kernel files say exactly how). The kernels block over several rows and
-// columns at once so that each loaded weight is reused, but every block shape
+// K and the instruction set alone: for F32/F16/BF16 weights, one accumulator
+// of 8 lanes (AVX2) or 16 (AVX-512) takes fma(x[r, k..k+L], w[n, k..k+L])
+// chunk by chunk along K (a partial last chunk zero-padded), then a fixed
+// horizontal sum, then + bias[n] (caflm/cpu/float_matmul_kernels.hpp). The
+// 16-lane kernels run prefill twice as fast or more where the CPU executes
+// AVX-512 at full width (measured on AMD Zen 5). For quantized weights (Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0, Q2_K .. Q6_K) the row of x is first quantized on its own, as llama.cpp does, to Q8_0 (for
+// Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1) or Q8_K (the K-quants); each block's integer dot product is
+// exact, and a float accumulator takes the scaled block sums block by block
+// (caflm/cpu/quantized_matmul.hpp and the kernel files say exactly how). The kernels block over
+// several rows and columns at once so that each loaded weight is reused, but every block shape
 // performs exactly these operations per element, and threads split only the
 // output columns, in tiles whose width never changes an element's arithmetic.
 // So a row's result is bitwise the same at any batch size, any position in
@@ -25,10 +26,10 @@
 //
 // Quantized weights are read in place (from the memory-mapped file): each
 // group of 4 output columns is unpacked into a few KiB of per-thread scratch
-// that then meets every row of the batch. The quantized kernels come for AVX2
-// and for AVX-512 (F, BW, VL, DQ and VNNI), chosen at run time; the two give
-// results that differ in the last bits (16 float lanes instead of 8), each
-// batch invariant on its own; so results on a CPU without AVX-512 (or with
+// that then meets every row of the batch. All kernels come for AVX2 and for
+// AVX-512 (F, BW, VL, DQ and VNNI), chosen at run time; the two give results
+// that differ in the last bits (16 float lanes instead of 8), each batch
+// invariant on its own; so results on a CPU without AVX-512 (or with
 // CAFLM_MATMUL_ISA=avx2) differ in the last bits from those on one with it.
 //
 // OpenBLAS is not used, not even for F32. Measured with OpenBLAS 0.3.21
@@ -49,7 +50,7 @@
 
 namespace caflm {
 
-/// The instruction sets of the quantized kernels.
+/// The instruction sets of the matmul kernels.
 enum class MatmulIsa {
   Avx2,   ///< AVX2 + FMA + F16C (the build's baseline, x86-64-v3)
   Avx512, ///< AVX-512 F, BW, VL, DQ and VNNI
@@ -74,8 +75,8 @@ MatmulIsa default_matmul_isa();
 void linear(const WeightView& w, const float* __restrict__ x /* [m, K] */, size_t m,
             float* __restrict__ y /* [m, N] */, const float* __restrict__ bias /* [N] or null */);
 
-/// linear() with the quantized kernels of `isa` (float weights have one
-/// kernel and ignore it), so that tests and benchmarks can run each path.
+/// linear() with the kernels of `isa`, so that tests and benchmarks can run
+/// each path.
 /// Throws std::invalid_argument when this CPU cannot run `isa`.
 void linear(const WeightView& w, const float* __restrict__ x /* [m, K] */, size_t m,
             float* __restrict__ y /* [m, N] */, const float* __restrict__ bias /* [N] or null */,

@@ -1,0 +1,99 @@
+// The 16-lane F32/F16/BF16 kernels of linear(): the only float kernels
+// compiled with AVX-512 (see caflm/cpu/CMakeLists.txt); they run only where
+// the CPU has it (matmul_isa_supported).
+#include "caflm/cpu/float_matmul_kernels.hpp"
+
+// GCC 12's AVX-512 intrinsics (_mm512_extractf32x8_ps, _mm512_cvtph_ps...)
+// initialize their pass-through operand from an undefined value, which its
+// own -Wuninitialized flags once inlined; there is nothing uninitialized here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace caflm {
+namespace {
+
+__mmask16 first_lanes(std::size_t r) {
+  return static_cast<__mmask16>((1u << r) - 1u);
+}
+
+/// 16 float lanes.
+struct Avx512Simd {
+  using V = __m512;
+  static constexpr std::size_t kLanes = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V load_x(const float* x) { return _mm512_loadu_ps(x); }
+  static V load_x_partial(const float* x, std::size_t r) {
+    return _mm512_maskz_loadu_ps(first_lanes(r), x);
+  }
+  // Horizontal sum of 16 lanes in one fixed order: lanes i and i + 8 first,
+  // then the 8-lane order of the AVX2 kernels on those sums.
+  static float hsum(V v) {
+    const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+// Loads 16 consecutive weights of one row as f32. `load_partial` loads the
+// first r < 16 and zeroes the rest.
+struct F32Weights512 {
+  // Two 32-byte loads: GGUF aligns tensors to 32 bytes, not 64, and a
+  // 64-byte load across two cache lines costs more than the insert.
+  static __m512 load(const std::uint8_t* row, std::size_t k) {
+    const float* at = reinterpret_cast<const float*>(row) + k;
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(at)), _mm256_loadu_ps(at + 8),
+                              1);
+  }
+  static __m512 load_partial(const std::uint8_t* row, std::size_t k, std::size_t r) {
+    return _mm512_maskz_loadu_ps(first_lanes(r), reinterpret_cast<const float*>(row) + k);
+  }
+};
+
+struct F16Weights512 {
+  static __m512 load(const std::uint8_t* row, std::size_t k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+  }
+  static __m512 load_partial(const std::uint8_t* row, std::size_t k, std::size_t r) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first_lanes(r), row + 2 * k));
+  }
+};
+
+struct Bf16Weights512 {
+  static __m512 widen(__m256i bf16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
+  }
+  static __m512 load(const std::uint8_t* row, std::size_t k) {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+  }
+  static __m512 load_partial(const std::uint8_t* row, std::size_t k, std::size_t r) {
+    return widen(_mm256_maskz_loadu_epi16(first_lanes(r), row + 2 * k));
+  }
+};
+
+/// Block widths for 4, 3, 2 and 1 rows: at most 24 accumulators and their
+/// weight registers within the 32 zmm registers.
+struct Avx512Shapes {
+  static constexpr int NR4 = 6, NR3 = 6, NR2 = 8, NR1 = 12;
+};
+
+} // namespace
+
+void detail::float_linear_avx512(TensorType type, const FloatProblem& p, std::size_t m) {
+  switch (type) {
+  case TensorType::F32:
+    run_float_tiles<FloatKernel<Avx512Simd, F32Weights512>, Avx512Shapes>(p, m);
+    return;
+  case TensorType::F16:
+    run_float_tiles<FloatKernel<Avx512Simd, F16Weights512>, Avx512Shapes>(p, m);
+    return;
+  default:
+    run_float_tiles<FloatKernel<Avx512Simd, Bf16Weights512>, Avx512Shapes>(p, m);
+    return;
+  }
+}
+
+} // namespace caflm

@@ -1,0 +1,159 @@
+#pragma once
+
+// The F32/F16/BF16 matmul kernels of linear(), written once over a SIMD
+// width: cpu_matmul.cpp instantiates them for AVX2 (8 lanes) and
+// float_matmul_avx512.cpp, the only file compiled with AVX-512, for 16 lanes.
+// Everything below has internal linkage, so that each of those two files
+// keeps its own machine code for its instruction set (an inline function
+// shared between them could be linked from the AVX-512 file into the AVX2
+// path). Internals of caflm/cpu; include nowhere else.
+//
+// Per output element the arithmetic is cpu_matmul.hpp's: one LANES-wide
+// accumulator takes fma(x[r, k..k+LANES], w[n, k..k+LANES]) chunk by chunk
+// along K (a partial last chunk zero-padded), then the SIMD type's fixed
+// horizontal sum, then + bias[n]. Block shapes only change how many elements
+// share a load.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "caflm/gguf/tensor_type.hpp"
+
+namespace caflm::detail {
+
+/// What every float block kernel needs: the operands, their shapes and the
+/// output.
+struct FloatProblem {
+  const std::uint8_t* w; // [n, k] rows of w_row_bytes
+  std::size_t w_row_bytes;
+  const float* x; // [m, k]
+  std::size_t k;
+  std::size_t n;
+  float* y;          // [m, n]
+  const float* bias; // [n] or null
+};
+
+/// linear() for F32, F16 or BF16 weights with the 16-lane AVX-512 kernels
+/// (float_matmul_avx512.cpp); the CPU must have AVX-512 F, BW and VL.
+void float_linear_avx512(TensorType type, const FloatProblem& p, std::size_t m);
+
+} // namespace caflm::detail
+
+namespace caflm {
+namespace {
+
+// Output columns per parallel work item: a multiple of every block width
+// below, so only the last tile of a matrix has a ragged edge.
+constexpr std::size_t kFloatTileCols = 48;
+
+// Below this many multiply-adds a call runs on the calling thread.
+constexpr std::size_t kFloatParallelMinMacs = std::size_t{1} << 18;
+
+// Calls f(0), f(1), ..., f(N - 1) as straight-line code. The block kernels
+// index their accumulator arrays only through it, so that the arrays live in
+// registers: GCC at -O2 does not fully unroll these nested loops by itself.
+template <typename F, int... I>
+inline void unrolled_impl(F& f, std::integer_sequence<int, I...>) {
+  (f(I), ...);
+}
+
+template <int N, typename F>
+inline void unrolled(F f) {
+  unrolled_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+/// MR rows x NR columns of y. `Simd` gives the vector type `V`, `kLanes`,
+/// `zero`, `fmadd`, `load_x`, `load_x_partial` (the first r < kLanes, the
+/// rest zero) and `hsum`; `Weights` loads kLanes consecutive weights of a
+/// row as floats (`load`, `load_partial`).
+template <typename Simd, typename Weights>
+struct FloatKernel {
+  using V = typename Simd::V;
+
+  template <int MR, int NR>
+  __attribute__((flatten)) static void block(const detail::FloatProblem& p, std::size_t row0,
+                                             std::size_t col0) {
+    const std::uint8_t* w_rows[NR];
+    unrolled<NR>([&](int j) { w_rows[j] = p.w + (col0 + j) * p.w_row_bytes; });
+    const float* x_rows[MR];
+    unrolled<MR>([&](int i) { x_rows[i] = p.x + (row0 + i) * p.k; });
+    V acc[MR][NR];
+    unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { acc[i][j] = Simd::zero(); }); });
+    std::size_t k = 0;
+    for (; k + Simd::kLanes <= p.k; k += Simd::kLanes) {
+      V w[NR];
+      unrolled<NR>([&](int j) { w[j] = Weights::load(w_rows[j], k); });
+      unrolled<MR>([&](int i) {
+        const V x = Simd::load_x(x_rows[i] + k);
+        unrolled<NR>([&](int j) { acc[i][j] = Simd::fmadd(x, w[j], acc[i][j]); });
+      });
+    }
+    if (k < p.k) {
+      const std::size_t r = p.k - k;
+      V w[NR];
+      unrolled<NR>([&](int j) { w[j] = Weights::load_partial(w_rows[j], k, r); });
+      unrolled<MR>([&](int i) {
+        const V x = Simd::load_x_partial(x_rows[i] + k, r);
+        unrolled<NR>([&](int j) { acc[i][j] = Simd::fmadd(x, w[j], acc[i][j]); });
+      });
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) {
+        const float sum = Simd::hsum(acc[i][j]);
+        p.y[(row0 + i) * p.n + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
+      }
+  }
+};
+
+// Runs Kernel over the columns [col_begin, col_end) of MR rows from row0:
+// NR columns at a time, single columns at a ragged edge.
+template <typename Kernel, int MR, int NR>
+inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std::size_t col_begin,
+                            std::size_t col_end) {
+  std::size_t col = col_begin;
+  for (; col + NR <= col_end; col += NR)
+    Kernel::template block<MR, NR>(p, row0, col);
+  for (; col < col_end; ++col)
+    Kernel::template block<MR, 1>(p, row0, col);
+}
+
+// Computes y tile by tile. Within a tile, rows go in groups of 4, each group
+// sweeping the tile's columns while its rows stay in L1 and the tile's
+// weights in L2; the 1-3 rows left over use wider column groups. `Shapes`
+// gives the column widths NR4, NR3, NR2 and NR1 of those row counts (each
+// dividing kFloatTileCols). Tiles are handed out dynamically: which thread
+// computes a tile never changes its bits, and a thread slowed by other work
+// on its core then takes fewer tiles.
+template <typename Kernel, typename Shapes>
+inline void run_float_tiles(const detail::FloatProblem& p, std::size_t m) {
+  static_assert(kFloatTileCols % Shapes::NR4 == 0 && kFloatTileCols % Shapes::NR3 == 0 &&
+                    kFloatTileCols % Shapes::NR2 == 0 && kFloatTileCols % Shapes::NR1 == 0,
+                "block widths must divide the tile");
+  const auto n_tiles = static_cast<std::ptrdiff_t>((p.n + kFloatTileCols - 1) / kFloatTileCols);
+#pragma omp parallel for schedule(dynamic) if (m * p.n * p.k >= kFloatParallelMinMacs)
+  for (std::ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+    const std::size_t col_begin = static_cast<std::size_t>(tile) * kFloatTileCols;
+    const std::size_t col_end = std::min(p.n, col_begin + kFloatTileCols);
+    std::size_t row = 0;
+    for (; row + 4 <= m; row += 4)
+      float_block_row<Kernel, 4, Shapes::NR4>(p, row, col_begin, col_end);
+    switch (m - row) {
+    case 3:
+      float_block_row<Kernel, 3, Shapes::NR3>(p, row, col_begin, col_end);
+      break;
+    case 2:
+      float_block_row<Kernel, 2, Shapes::NR2>(p, row, col_begin, col_end);
+      break;
+    case 1:
+      float_block_row<Kernel, 1, Shapes::NR1>(p, row, col_begin, col_end);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+} // namespace
+} // namespace caflm
