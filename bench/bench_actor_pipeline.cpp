@@ -4,7 +4,7 @@
 //
 //   bench_actor_pipeline [--scenario NAME]... [--concurrency 256] [--requests 4096]
 //                        [--max-tokens 64] [--repeat 3] [--scheduler-threads 0]
-//                        [--logits-width 0]
+//                        [--logits-width 0] [--flush-us 0]
 //   bench_actor_pipeline --serve PORT   (the engine process of the remote scenarios)
 //
 // Scenarios:
@@ -77,6 +77,8 @@ struct Options {
   std::uint32_t logits_width = 0;
   /// CAF scheduler threads; 0 keeps CAF's default.
   std::uint32_t scheduler_threads = 0;
+  /// The engines' EngineLimits::token_flush_interval, in microseconds.
+  std::uint32_t flush_us = 0;
   /// --serve: publish one null engine on this loopback port (0: any).
   int serve_port = -1;
 };
@@ -115,10 +117,11 @@ NullEngine make_null_engine(std::shared_ptr<const Tokenizer> tokenizer, const Op
   return {std::move(engine), view};
 }
 
-EngineLimits engine_limits(std::uint32_t concurrency) {
+EngineLimits engine_limits(const Options& options) {
   EngineLimits limits;
-  limits.max_concurrent = concurrency;
-  limits.queue_capacity = concurrency;
+  limits.max_concurrent = options.concurrency;
+  limits.queue_capacity = options.concurrency;
+  limits.token_flush_interval = std::chrono::microseconds(options.flush_us);
   return limits;
 }
 
@@ -263,7 +266,7 @@ int serve(const Options& options) {
   NullEngine null_engine = make_null_engine(make_tokenizer(), options);
   caf::actor_system_config config;
   caf::actor_system system{configure(config, options)};
-  auto engine = spawn_engine_core(system, null_engine.engine, engine_limits(options.concurrency));
+  auto engine = spawn_engine_core(system, null_engine.engine, engine_limits(options));
   auto port = system.middleman().publish(engine, static_cast<std::uint16_t>(options.serve_port),
                                          "127.0.0.1", true);
   if (!port) {
@@ -303,9 +306,10 @@ class ServerProcess {
     const std::string concurrency = std::to_string(options.concurrency);
     const std::string threads = std::to_string(options.scheduler_threads);
     const std::string width = std::to_string(options.logits_width);
+    const std::string flush_us = std::to_string(options.flush_us);
     std::vector<std::string> args{
-        self,    "--serve",        "0",  "--concurrency", concurrency, "--scheduler-threads",
-        threads, "--logits-width", width};
+        self,    "--serve",        "0",   "--concurrency", concurrency, "--scheduler-threads",
+        threads, "--logits-width", width, "--flush-us",    flush_us};
     std::vector<char*> argv;
     for (std::string& arg : args)
       argv.push_back(arg.data());
@@ -573,8 +577,8 @@ RunResult run_pipeline(const Options& options, std::uint32_t engines, bool remot
       auto tokenizer = make_tokenizer();
       for (std::uint32_t i = 0; i < engines; ++i) {
         local_engines.push_back(make_null_engine(tokenizer, options));
-        engine_actors.push_back(spawn_engine_core(system, local_engines.back().engine,
-                                                  engine_limits(options.concurrency)));
+        engine_actors.push_back(
+            spawn_engine_core(system, local_engines.back().engine, engine_limits(options)));
         caf::anon_send(coordinator, register_atom::value, engine_actors.back());
       }
     }
@@ -714,10 +718,12 @@ void print_summary(const std::string& scenario, const std::vector<RunResult>& ru
   }
   if (scenario != "engine")
     // The token path: the worker (or remote proxy) sends each request
-    // actor one batch per step, which forwards each chunk to its sink.
-    std::printf("%-8s sink msgs/s %.0f [%.0f .. %.0f]; token-path actor msgs/s ~%.0f "
-                "(2 per token + 1 step); %s\n",
-                scenario.c_str(), m.median, m.min, m.max, 2 * m.median + s.median,
+    // actor one batch per flush (every step, or fewer with --flush-us),
+    // which forwards each chunk to its sink.
+    std::printf("%-8s sink msgs/s %.0f [%.0f .. %.0f], %.2f tokens each; token-path actor "
+                "msgs/s ~%.0f (2 per sink message + 1 step); %s\n",
+                scenario.c_str(), m.median, m.min, m.max, t.median / m.median,
+                2 * m.median + s.median,
                 remote ? "request-side actors in this process" : "all in one process");
   std::fflush(stdout);
 }
@@ -726,9 +732,9 @@ int run_benchmarks(const Options& options) {
   const std::size_t vocab = make_tokenizer()->vocabulary().size();
   std::printf("actor pipeline over a null backend: %u concurrent requests, %u per run, "
               "max_tokens %u (ignore_eos, greedy), logits rows of %zu, %u runs each; "
-              "%u hardware threads; CAF scheduler threads %s\n",
+              "token flush interval %u us; %u hardware threads; CAF scheduler threads %s\n",
               options.concurrency, options.requests, options.max_tokens,
-              std::max<std::size_t>(vocab, options.logits_width), options.repeat,
+              std::max<std::size_t>(vocab, options.logits_width), options.repeat, options.flush_us,
               std::thread::hardware_concurrency(),
               options.scheduler_threads ? std::to_string(options.scheduler_threads).c_str()
                                         : "default");
@@ -783,6 +789,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--scheduler-threads", options.scheduler_threads,
                  "CAF scheduler threads (0: CAF's default)")
+      ->capture_default_str();
+  app.add_option("--flush-us", options.flush_us,
+                 "Engines' token flush interval in microseconds (0: one message per step)")
       ->capture_default_str();
   app.add_option("--serve", options.serve_port,
                  "Act as the engine process: publish a null engine on this loopback port");

@@ -376,7 +376,13 @@ engine_core_internal_actor::behavior_type engine_core(core_pointer self,
 engine_core_actor spawn_engine_core(caf::actor_system& system,
                                     std::shared_ptr<InferenceEngine> engine,
                                     const EngineLimits& limits) {
-  return spawn_engine_core(system, std::move(engine), limits, spawn_worker);
+  const WorkerOptions worker_options{limits.token_flush_interval};
+  return spawn_engine_core(
+      system, std::move(engine), limits,
+      [worker_options](caf::actor_system& system, std::shared_ptr<InferenceEngine> engine,
+                       engine_core_internal_actor core) {
+        return spawn_worker(system, std::move(engine), std::move(core), worker_options);
+      });
 }
 
 engine_core_actor spawn_engine_core(caf::actor_system& system,
@@ -393,6 +399,8 @@ std::optional<std::string> validate(const EngineLimits& limits) {
     return "an engine needs max_concurrent of at least 1";
   if (limits.queue_capacity == 0)
     return "an engine needs a queue of at least 1";
+  if (limits.token_flush_interval.count() < 0)
+    return "an engine's token flush interval cannot be negative";
   return std::nullopt;
 }
 

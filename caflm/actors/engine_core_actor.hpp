@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,6 +25,10 @@ struct EngineLimits {
   /// Requests waiting for the worker; `add` beyond it is refused with
   /// backpressure.
   std::uint32_t queue_capacity = 256;
+  /// How long the worker may hold a token for later steps' tokens to join
+  /// it in one message (WorkerOptions::token_flush_interval); zero sends
+  /// each step's tokens at once.
+  std::chrono::microseconds token_flush_interval{0};
 };
 
 /// Why `limits` cannot work (a zero that would admit requests that never

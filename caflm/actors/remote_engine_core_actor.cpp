@@ -317,7 +317,10 @@ void add_timed_out(proxy_pointer self, std::uint64_t ticket) {
 /// from here.
 void fan_out(proxy_pointer self, TokenBatch& batch) {
   auto& st = self->state;
+  // Usually one chunk per sink (each request actor is its own): room for
+  // that up front, rather than rehashing through the batch.
   std::unordered_map<caf::actor_addr, std::pair<token_sink, TokenBatch>> out;
+  out.reserve(batch.chunks.size());
   for (TokenChunk& chunk : batch.chunks) {
     const std::uint64_t ticket = chunk.request_id;
     auto it = st.forwarded.find(ticket);

@@ -237,7 +237,8 @@ bool in_sequence(request_pointer self, const TokenChunk& chunk) {
 
 void on_batch(request_pointer self, TokenBatch& batch) {
   auto& st = self->state;
-  for (TokenChunk& chunk : batch.chunks) {
+  for (std::size_t i = 0; i < batch.chunks.size(); ++i) {
+    TokenChunk& chunk = batch.chunks[i];
     if (chunk.request_id != st.request.id)
       continue;
     if (!st.engine || chunk.attempt != st.attempt) {
@@ -265,12 +266,24 @@ void on_batch(request_pointer self, TokenBatch& batch) {
     }
     st.generated.insert(st.generated.end(), chunk.tokens.begin(), chunk.tokens.end());
     const bool last = chunk.finish != FinishReason::None;
-    self->send(st.user, TokenBatch{{std::move(chunk)}});
+    // The usual batch holds this request's chunk alone: it goes on as it
+    // came, without a new vector.
+    const bool alone = batch.chunks.size() == 1;
+    if (alone) {
+      self->send(st.user, std::move(batch));
+    } else {
+      TokenBatch single;
+      single.chunks.reserve(1);
+      single.chunks.push_back(std::move(chunk));
+      self->send(st.user, std::move(single));
+    }
     if (last) {
       st.engine = engine_core_actor{};
       self->quit();
       return;
     }
+    if (alone)
+      return;
   }
 }
 

@@ -1,5 +1,6 @@
 #include "caflm/actors/worker_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,6 +24,20 @@ struct Served {
   std::uint32_t next_token = 0;
   /// The prompt's token ids, until the first chunk carries them.
   std::vector<TokenId> unsent_prompt;
+  /// Where this request's unsent chunk is: chunk `chunk` of outbox
+  /// `outbox`, while `flush_generation` is the worker's (a flush empties
+  /// every outbox and moves the worker on to the next generation).
+  std::uint64_t flush_generation = 0;
+  std::uint32_t outbox = 0;
+  std::uint32_t chunk = 0;
+};
+
+/// Chunks made for one sink and not sent yet.
+struct Outbox {
+  token_sink sink;
+  TokenBatch batch;
+  /// Chunks already sent on their own (their request ended): left out.
+  std::vector<std::uint32_t> sent;
 };
 
 struct WorkerState {
@@ -34,6 +49,21 @@ struct WorkerState {
   bool step_pending = false;
   /// Free KV blocks in the last report to the core.
   std::uint32_t reported_free_blocks = 0;
+  WorkerOptions options;
+  /// The latest step's events: one buffer for every step.
+  std::vector<TokenEvent> events;
+  /// Unsent chunks, one outbox per sink in order of first use, and the
+  /// outbox of each sink that has one.
+  std::vector<Outbox> outboxes;
+  std::unordered_map<caf::actor_addr, std::uint32_t> outbox_of;
+  /// With a flush interval: the last chunks of the requests that ended in
+  /// this step, one outbox per sink, sent at the step's end.
+  std::vector<Outbox> endings;
+  std::unordered_map<caf::actor_addr, std::uint32_t> ending_of;
+  /// Counts flushes from 1, so that a Served's zero never names a chunk.
+  std::uint64_t flush_generation = 1;
+  /// When the oldest unsent chunk was made.
+  std::chrono::steady_clock::time_point unsent_since;
 
   static inline const char* name = "caflm.worker";
 };
@@ -98,6 +128,100 @@ TokenChunk to_chunk(Served& served, TokenEvent& event) {
   return chunk;
 }
 
+/// Adds `event`'s token to `chunk`, the unsent chunk of the same request
+/// from an earlier step: its tokens, text, logprobs and alternatives grow,
+/// and the last event's finish and usage are the chunk's.
+void append_to_chunk(TokenChunk& chunk, Served& served, TokenEvent& event) {
+  chunk.tokens.push_back(event.token);
+  chunk.logprobs.push_back(event.logprob);
+  if (!event.top_logprobs.empty())
+    chunk.top_logprobs.push_back(std::move(event.top_logprobs));
+  ++served.next_token;
+  chunk.text += event.text;
+  chunk.finish = event.finish;
+  // Only a request's first event carries its queue time.
+  if (event.queue_seconds >= 0.0f)
+    chunk.queue_seconds = event.queue_seconds;
+  if (event.finish != FinishReason::None)
+    chunk.usage = Usage{event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens};
+}
+
+/// The outbox of `sink` among `boxes`, added when it has none.
+Outbox& outbox_for(std::vector<Outbox>& boxes,
+                   std::unordered_map<caf::actor_addr, std::uint32_t>& index,
+                   const token_sink& sink, std::uint32_t* position = nullptr) {
+  const auto next = static_cast<std::uint32_t>(boxes.size());
+  auto [entry, added] = index.try_emplace(sink.address(), next);
+  if (added)
+    boxes.push_back(Outbox{sink, TokenBatch{}, {}});
+  if (position != nullptr)
+    *position = entry->second;
+  return boxes[entry->second];
+}
+
+/// Sends the step's last chunks, one TokenBatch per sink.
+void send_endings(worker_pointer self) {
+  auto& st = self->state;
+  for (Outbox& box : st.endings)
+    self->send(box.sink, std::move(box.batch));
+  st.endings.clear();
+  st.ending_of.clear();
+}
+
+/// Sends every outbox, one TokenBatch per sink, and empties them.
+void flush(worker_pointer self) {
+  auto& st = self->state;
+  if (st.outboxes.empty())
+    return;
+  for (Outbox& box : st.outboxes) {
+    std::vector<TokenChunk>& chunks = box.batch.chunks;
+    if (!box.sent.empty()) {
+      // From the back, so that the indices still to erase stay put.
+      std::sort(box.sent.begin(), box.sent.end());
+      for (auto index = box.sent.rbegin(); index != box.sent.rend(); ++index)
+        chunks.erase(chunks.begin() + *index);
+    }
+    if (!chunks.empty())
+      self->send(box.sink, std::move(box.batch));
+  }
+  st.outboxes.clear();
+  st.outbox_of.clear();
+  ++st.flush_generation;
+}
+
+/// Puts `event` (a token, maybe the last) in its sink's outbox: into the
+/// request's unsent chunk when it has one, else as a new chunk. With a
+/// flush interval, a request's last chunk (all its unsent tokens) goes at
+/// the end of this step, not at the next flush: its client, and the next
+/// request that client starts, need not wait.
+void post(worker_pointer self, Served& served, TokenEvent& event) {
+  auto& st = self->state;
+  const bool ending =
+      event.finish != FinishReason::None && st.options.token_flush_interval.count() > 0;
+  if (served.flush_generation == st.flush_generation) {
+    Outbox& box = st.outboxes[served.outbox];
+    TokenChunk& chunk = box.batch.chunks[served.chunk];
+    append_to_chunk(chunk, served, event);
+    if (ending) {
+      box.sent.push_back(served.chunk);
+      outbox_for(st.endings, st.ending_of, served.sink).batch.chunks.push_back(std::move(chunk));
+    }
+    return;
+  }
+  if (ending) {
+    outbox_for(st.endings, st.ending_of, served.sink)
+        .batch.chunks.push_back(to_chunk(served, event));
+    return;
+  }
+  std::uint32_t position = 0;
+  std::vector<TokenChunk>& chunks =
+      outbox_for(st.outboxes, st.outbox_of, served.sink, &position).batch.chunks;
+  served.flush_generation = st.flush_generation;
+  served.outbox = position;
+  served.chunk = static_cast<std::uint32_t>(chunks.size());
+  chunks.push_back(to_chunk(served, event));
+}
+
 /// The code a client sees for a request the engine ended with an error:
 /// only a fault of the engine itself is worth trying elsewhere.
 InferenceErrorCode error_code(EngineFault fault) {
@@ -133,6 +257,8 @@ InferenceErrorCode error_code(AddError error) {
 /// Ends requests cancelled here (by the core or a dead sink) with a last,
 /// empty chunk, and tells the core they are no longer in flight.
 void cancel_requests(worker_pointer self, const std::vector<std::uint64_t>& engine_ids) {
+  // A request's unsent tokens go before its last chunk.
+  flush(self);
   std::vector<std::uint64_t> ended;
   for (std::uint64_t engine_id : engine_ids) {
     if (!self->state.engine->cancel(engine_id))
@@ -163,11 +289,12 @@ void log_preemptions(WorkerState& st) {
 void run_step(worker_pointer self) {
   auto& st = self->state;
   st.step_pending = false;
-  std::vector<TokenEvent> events = st.engine->step();
+  std::vector<TokenEvent>& events = st.events;
+  st.engine->step(events);
   log_preemptions(st);
-  // One batch per destination per step: a remote proxy forwarding many
+  const bool had_unsent = !st.outboxes.empty();
+  // One batch per destination per flush: a remote proxy forwarding many
   // requests gets one message, not one per token.
-  std::unordered_map<caf::actor_addr, std::pair<token_sink, TokenBatch>> batches;
   std::vector<std::uint64_t> ended;
   std::uint32_t step_faults = 0;
   std::string step_error;
@@ -176,6 +303,8 @@ void run_step(worker_pointer self) {
     if (it == st.served.end())
       continue;
     if (event.finish == FinishReason::Error) {
+      // Its unsent tokens go before its error.
+      flush(self);
       Served served = forget(self, event.request_id);
       if (event.fault == EngineFault::StepFailed && step_faults++ == 0)
         step_error = event.error;
@@ -187,9 +316,7 @@ void run_step(worker_pointer self) {
       ended.push_back(event.request_id);
       continue;
     }
-    auto& [sink, batch] = batches[it->second.sink.address()];
-    sink = it->second.sink;
-    batch.chunks.push_back(to_chunk(it->second, event));
+    post(self, it->second, event);
     if (event.finish != FinishReason::None) {
       forget(self, event.request_id);
       ended.push_back(event.request_id);
@@ -197,8 +324,16 @@ void run_step(worker_pointer self) {
   }
   if (step_faults > 0)
     log(LogLevel::Error, "{}; its {} request(s) fail over", step_error, step_faults);
-  for (auto& [address, entry] : batches)
-    self->send(entry.first, std::move(entry.second));
+  send_endings(self);
+  if (st.options.token_flush_interval.count() <= 0 || !st.engine->has_work()) {
+    flush(self);
+  } else if (!st.outboxes.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!had_unsent)
+      st.unsent_since = now;
+    else if (now - st.unsent_since >= st.options.token_flush_interval)
+      flush(self);
+  }
   report(self, std::move(ended));
   schedule_step(self);
 }
@@ -229,8 +364,9 @@ void add(worker_pointer self, std::uint64_t engine_id, GenerateRequest& request,
 }
 
 worker_actor::behavior_type worker(worker_pointer self, std::shared_ptr<InferenceEngine> engine,
-                                   engine_core_internal_actor core) {
+                                   engine_core_internal_actor core, WorkerOptions options) {
   self->state.engine = std::move(engine);
+  self->state.options = options;
   self->state.core = std::move(core);
   self->state.reported_free_blocks = self->state.engine->load().free_blocks;
   self->set_down_handler([self](const caf::down_msg& down) {
@@ -251,8 +387,8 @@ worker_actor::behavior_type worker(worker_pointer self, std::shared_ptr<Inferenc
 } // namespace
 
 worker_actor spawn_worker(caf::actor_system& system, std::shared_ptr<InferenceEngine> engine,
-                          engine_core_internal_actor core) {
-  return system.spawn<caf::detached>(worker, std::move(engine), std::move(core));
+                          engine_core_internal_actor core, const WorkerOptions& options) {
+  return system.spawn<caf::detached>(worker, std::move(engine), std::move(core), options);
 }
 
 } // namespace caflm

@@ -277,9 +277,15 @@ void InferenceEngine::note_step(std::chrono::steady_clock::time_point step_start
 
 std::vector<TokenEvent> InferenceEngine::step() {
   std::vector<TokenEvent> events;
+  step(events);
+  return events;
+}
+
+void InferenceEngine::step(std::vector<TokenEvent>& events) {
+  events.clear();
   preempted_.clear();
   if (requests_.empty())
-    return events;
+    return;
   BackendError backend_error = BackendError::DeviceFailure;
   const auto step_start = std::chrono::steady_clock::now();
   auto receipt = run_step(table_, planner_, *backend_, plan_, buffers_, &backend_error);
@@ -291,9 +297,11 @@ std::vector<TokenEvent> InferenceEngine::step() {
         (receipt.error() == SchedulerError::BackendFailed ? to_string(backend_error)
                                                           : to_string(receipt.error()));
     end_all(EngineFault::StepFailed, error, events);
-    return events;
+    return;
   }
   note_step(step_start);
+  // About one event per item: grown once, not doubling through the step.
+  events.reserve(buffers_.item_count + plan_.unfittable_count);
   for (std::uint32_t i = 0; i < plan_.preempted_count; ++i)
     preempted_.push_back(table_.view(plan_.preempted[i]).request_id);
   preemptions_total_ += plan_.preempted_count;
@@ -325,7 +333,7 @@ std::vector<TokenEvent> InferenceEngine::step() {
     if (!sample_on_device(events, backend_error))
       end_all(EngineFault::StepFailed,
               std::string("the engine's sampling failed: ") + to_string(backend_error), events);
-    return events;
+    return;
   }
   for (const DueSample& due : due_) {
     auto it = requests_.find(due.request_id);
@@ -333,7 +341,6 @@ std::vector<TokenEvent> InferenceEngine::step() {
     if (events.back().finish != FinishReason::None)
       requests_.erase(it);
   }
-  return events;
 }
 
 void InferenceEngine::end_all(EngineFault fault, const std::string& error,

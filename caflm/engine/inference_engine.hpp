@@ -190,6 +190,9 @@ class InferenceEngine {
   /// Runs one step and returns its events: one per sampled token, and a
   /// final one (finish reason set) per request that ended.
   std::vector<TokenEvent> step();
+  /// The same into `events` (cleared first), so that a caller that steps in
+  /// a loop keeps one buffer rather than allocating one per step.
+  void step(std::vector<TokenEvent>& events);
 
   /// Requests the last step preempted to free KV blocks (they wait to
   /// recompute; nothing they generated is lost).
