@@ -386,3 +386,29 @@ TEST_CASE("row kernels are bitwise independent of batch size, position and threa
     }
   }
 }
+
+TEST_CASE("weighted_sum_f32 gives the bits of one axpy per row", "[cpu_kernels]") {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  // Multiples of 64, 32 and 8 take the register paths; 13 the fallback.
+  for (size_t n : {8, 24, 64, 72, 96, 128, 136, 256, 13}) {
+    for (size_t count : {1, 2, 7, 33}) {
+      std::vector<float> storage(count * n);
+      for (float& v : storage)
+        v = uniform(rng);
+      std::vector<const float*> rows(count);
+      std::vector<float> weights(count);
+      for (size_t r = 0; r < count; ++r) {
+        rows[r] = storage.data() + r * n;
+        weights[r] = uniform(rng);
+      }
+      std::vector<float> expected(n, 0.0f);
+      for (size_t r = 0; r < count; ++r)
+        axpy_f32(weights[r], rows[r], expected.data(), n);
+      std::vector<float> out(n, 123.0f);
+      weighted_sum_f32(weights.data(), rows.data(), count, n, out.data());
+      INFO("n " << n << " rows " << count);
+      CHECK(std::memcmp(out.data(), expected.data(), n * sizeof(float)) == 0);
+    }
+  }
+}

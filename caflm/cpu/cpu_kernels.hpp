@@ -56,6 +56,15 @@ float dot_f32(const float* __restrict__ a, const float* __restrict__ b, size_t n
 /// y[i] += alpha * x[i].
 void axpy_f32(float alpha, const float* __restrict__ x, float* __restrict__ y, size_t n);
 
+/// out[i] = sum over r < count of weights[r] * rows[r][i], accumulated from
+/// zero by one fma per row in row order: the same bits as `count` calls of
+/// axpy_f32(weights[r], rows[r], out, n) on a zeroed `out`, with the
+/// accumulators kept in registers across rows. Attention's weighted sum of
+/// value rows.
+/// - weights: [count]; rows: [count] pointers to [n]; out: [n]
+void weighted_sum_f32(const float* __restrict__ weights, const float* const* __restrict__ rows,
+                      size_t count, size_t n, float* __restrict__ out);
+
 /// x[i] *= alpha.
 void scale_f32(float alpha, float* __restrict__ x, size_t n);
 

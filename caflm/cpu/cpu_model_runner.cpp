@@ -37,7 +37,8 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , positions_(limits.max_tokens)
   , token_item_(limits.max_tokens)
   , threads_(omp_get_max_threads())
-  , scores_(std::size_t(threads_) * limits.max_context) {}
+  , scores_(std::size_t(threads_) * limits.max_context)
+  , value_rows_(std::size_t(threads_) * limits.max_context) {}
 
 bool CpuModelRunner::valid(const RaggedBatch& batch) const {
   if (batch.item_count > limits_.max_items || batch.token_count > limits_.max_tokens)
@@ -182,13 +183,13 @@ void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& bat
       scores[pos] = dot_f32(query, key, head_dim) * scale;
     }
     softmax_f32(scores, context);
+    const float** values =
+        value_rows_.data() + std::size_t(omp_get_thread_num()) * limits_.max_context;
+    for (std::uint32_t pos = 0; pos < context; ++pos)
+      values[pos] = kv_.values(layer, pages[pos / block_size], kv_head) +
+                    std::size_t{pos % block_size} * head_dim;
     float* out = attn_.data() + std::size_t{row} * config_.q_dim() + std::size_t{head} * head_dim;
-    std::fill_n(out, head_dim, 0.0f);
-    for (std::uint32_t pos = 0; pos < context; ++pos) {
-      const float* value = kv_.values(layer, pages[pos / block_size], kv_head) +
-                           std::size_t{pos % block_size} * head_dim;
-      axpy_f32(scores[pos], value, out, head_dim);
-    }
+    weighted_sum_f32(scores, values, context, head_dim, out);
   }
 }
 

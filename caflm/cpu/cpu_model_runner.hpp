@@ -69,6 +69,7 @@ class CpuModelRunner : public RaggedBackend {
   std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
   int threads_;                           // OpenMP threads of the attention loop
   std::vector<float> scores_;             // [threads, max_context]
+  std::vector<const float*> value_rows_;  // [threads, max_context] one head's value rows
 };
 
 } // namespace caflm
