@@ -53,7 +53,8 @@ def main():
                 ax.plot([b for b, _ in points], [v for _, v in points], style, color=colour,
                         label=f"{engine} {t.upper()}")
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%d"))
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("concurrent sequences (B)")
     ax.set_ylabel("decode tokens/s")
     ax.set_title(args.title)
