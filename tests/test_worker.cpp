@@ -124,6 +124,25 @@ struct ThreadedFixture {
   std::vector<engine_core_actor> cores;
 };
 
+/// `request` on a fake engine driven directly, step by step: its events,
+/// and in `prompt` its tokens.
+std::vector<TokenEvent> run_directly(const EngineConfig& config, const GenerateRequest& request,
+                                     std::vector<TokenId>& prompt) {
+  auto direct = make_fake_engine(config);
+  const Tokenizer& tokenizer = direct->tokenizer();
+  GenerationRequest generation{request.id,
+                               tokenizer.encode(request.prompt, tokenizer.vocabulary().add_bos()),
+                               request.params,
+                               {}};
+  prompt = generation.prompt;
+  REQUIRE_FALSE(direct->add(generation));
+  std::vector<TokenEvent> events;
+  while (direct->has_work())
+    for (TokenEvent& event : direct->step())
+      events.push_back(std::move(event));
+  return events;
+}
+
 } // namespace
 
 TEST_CASE("a request streams through the core and the real worker as the engine makes it") {
@@ -133,18 +152,8 @@ TEST_CASE("a request streams through the core and the real worker as the engine 
   request.params.ignore_eos = true;
 
   // The same request on an engine driven directly.
-  auto direct = make_fake_engine(config);
-  const Tokenizer& tokenizer = direct->tokenizer();
-  GenerationRequest generation{request.id,
-                               tokenizer.encode(request.prompt, tokenizer.vocabulary().add_bos()),
-                               request.params,
-                               {}};
-  const std::vector<TokenId> prompt = generation.prompt;
-  REQUIRE_FALSE(direct->add(generation));
-  std::vector<TokenEvent> expected;
-  while (direct->has_work())
-    for (TokenEvent& event : direct->step())
-      expected.push_back(std::move(event));
+  std::vector<TokenId> prompt;
+  const std::vector<TokenEvent> expected = run_directly(config, request, prompt);
   REQUIRE(expected.size() == 12);
 
   ThreadedFixture f;
@@ -291,4 +300,109 @@ TEST_CASE("NaN logits end a request with a final error that says so, not with to
   CHECK(error->code == InferenceErrorCode::internal);
   CHECK_FALSE(retryable(error->code));
   CHECK(error->message.find("NaN") != std::string::npos);
+}
+
+// The worker's token flush interval (EngineLimits::token_flush_interval):
+// tokens of several steps travel as one chunk of several tokens, identical
+// in content to the step-by-step stream, sent at the latest when the engine
+// runs out of work; a cancel sends the unsent tokens before the last chunk.
+
+/// Long enough that only the engine's idleness or a cancel flushes.
+constexpr std::chrono::microseconds kHour{std::chrono::hours(1)};
+
+TEST_CASE("with a flush interval a request's tokens of many steps arrive as one chunk") {
+  const EngineConfig config = fake_config();
+  auto request = make_request(1);
+  request.params.max_tokens = 12;
+  request.params.ignore_eos = true;
+  request.params.top_logprobs = 2;
+
+  // The same request on an engine driven directly, one event per step.
+  std::vector<TokenId> prompt;
+  const std::vector<TokenEvent> expected = run_directly(config, request, prompt);
+  REQUIRE(expected.size() == 12);
+
+  ThreadedFixture f;
+  EngineLimits limits{4, 8};
+  limits.token_flush_interval = kHour;
+  auto core = f.spawn(make_fake_engine(config), limits);
+  REQUIRE(f.add(core, request).accepted);
+  std::optional<InferenceError> error;
+  const std::vector<TokenChunk> chunks = f.receive_until_end(error);
+  REQUIRE_FALSE(error);
+
+  // Nothing flushed before the engine ran out of work, when all was made.
+  REQUIRE(chunks.size() == 1);
+  const TokenChunk& chunk = chunks.front();
+  CHECK(chunk.request_id == 1);
+  CHECK(chunk.first_token == 0);
+  CHECK(chunk.prompt_tokens == prompt);
+  REQUIRE(chunk.tokens.size() == expected.size());
+  REQUIRE(chunk.logprobs.size() == expected.size());
+  REQUIRE(chunk.top_logprobs.size() == expected.size());
+  std::string text;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("token " << i);
+    CHECK(chunk.tokens[i] == expected[i].token);
+    CHECK(chunk.logprobs[i] == expected[i].logprob);
+    REQUIRE(chunk.top_logprobs[i].size() == expected[i].top_logprobs.size());
+    for (std::size_t t = 0; t < expected[i].top_logprobs.size(); ++t) {
+      CHECK(chunk.top_logprobs[i][t].token == expected[i].top_logprobs[t].token);
+      CHECK(chunk.top_logprobs[i][t].logprob == expected[i].top_logprobs[t].logprob);
+    }
+    text += expected[i].text;
+  }
+  CHECK(chunk.text == text);
+  CHECK(chunk.finish == FinishReason::Length);
+  CHECK(chunk.usage.prompt_tokens == prompt.size());
+  CHECK(chunk.usage.completion_tokens == 12);
+  // The first event's queue time, not a later event's -1.
+  CHECK(chunk.queue_seconds >= 0.0f);
+}
+
+TEST_CASE("a cancel sends a request's unsent tokens before its last chunk") {
+  EngineConfig config = fake_config();
+  config.scheduler.max_context = 8192;
+  config.kv_blocks = 1100;
+  config.prefix_caching = false;
+  // Paced at >= 1 ms a step, the request cannot end on its own for 8 s.
+  auto engine = make_fake_engine(config, std::chrono::milliseconds(1));
+  ThreadedFixture f;
+  EngineLimits limits{2, 4};
+  limits.token_flush_interval = kHour;
+  auto core = f.spawn(engine, limits);
+  auto request = make_request(7);
+  request.params.max_tokens = 8000;
+  request.params.ignore_eos = true;
+  REQUIRE(f.add(core, request).accepted);
+
+  // Tokens were made, and held in the worker.
+  LoadReport busy = f.await_load(core, [](const LoadReport& r) { return r.generated_tokens > 20; });
+  REQUIRE(busy.generated_tokens > 20);
+
+  f.self->send(core, cancel_atom::value, f.as_sink(), std::uint64_t{7}, std::uint32_t{0});
+  std::optional<InferenceError> error;
+  const std::vector<TokenChunk> chunks = f.receive_until_end(error);
+  REQUIRE_FALSE(error);
+  REQUIRE(chunks.size() >= 2);
+  CHECK(chunks.front().first_token == 0);
+  CHECK(chunks.front().tokens.size() > 1);
+  // Contiguous, each chunk's logprobs matching its tokens, then the cancel.
+  std::size_t next = 0;
+  for (const TokenChunk& chunk : chunks) {
+    CHECK(chunk.request_id == 7);
+    CHECK(chunk.first_token == next);
+    CHECK(chunk.logprobs.size() == chunk.tokens.size());
+    next += chunk.tokens.size();
+  }
+  CHECK(next < request.params.max_tokens);
+  CHECK(chunks.back().tokens.empty());
+  CHECK(chunks.back().finish == FinishReason::Cancelled);
+}
+
+TEST_CASE("a negative flush interval is refused") {
+  EngineLimits limits;
+  limits.token_flush_interval = std::chrono::microseconds(-1);
+  REQUIRE(validate(limits));
+  CHECK(validate(limits)->find("flush") != std::string::npos);
 }

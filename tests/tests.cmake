@@ -79,4 +79,3 @@ caflm_add_test(test_sampler_equivalence caflm_sampling)
 add_test(NAME test_serve_streams
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_streams.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/serve_streams)
-caflm_add_test(test_worker_flush caflm_actors)

@@ -1,5 +1,7 @@
 #include "caflm/cpu/cpu_kernels.hpp"
 
+#include "caflm/cpu/simd_helpers.hpp"
+
 #include "caflm/gguf/quant_blocks.hpp"
 #include "caflm/gguf/quantize.hpp"
 
@@ -58,14 +60,6 @@ void for_each_chunk(size_t n, Body body) {
   }
 }
 
-// Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // exp(x) in 8 lanes (Cephes expf: range reduction by ln 2 and a degree-6
 // polynomial, within 2 ulp). Inputs below -87.3 give 0, above 87 give exp(87);
 // callers only need values up to that.
@@ -107,7 +101,7 @@ float sum_chunks(size_t n, Chunk chunk) {
   for (size_t lane = 0; i < n; i += 8, ++lane) {
     acc[lane] = _mm256_add_ps(acc[lane], chunk(i, std::min<size_t>(8, n - i)));
   }
-  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 void dequantize_q8_0(const uint8_t* __restrict__ row, size_t n, float* __restrict__ out) {

@@ -33,13 +33,7 @@ struct Avx2Simd {
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V load_x(const float* x) { return _mm256_loadu_ps(x); }
   static V load_x_partial(const float* x, size_t r) { return _mm256_maskload_ps(x, tail_mask(r)); }
-  // Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).
-  static float hsum(V v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-  }
+  static float hsum(V v) { return hsum8(v); }
 };
 
 // Loads 8 consecutive weights of one row as f32. `load_partial` loads the

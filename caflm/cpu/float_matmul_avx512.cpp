@@ -27,15 +27,7 @@ struct Avx512Simd {
   static V load_x_partial(const float* x, std::size_t r) {
     return _mm512_maskz_loadu_ps(first_lanes(r), x);
   }
-  // Horizontal sum of 16 lanes in one fixed order: lanes i and i + 8 first,
-  // then the 8-lane order of the AVX2 kernels on those sums.
-  static float hsum(V v) {
-    const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-  }
+  static float hsum(V v) { return hsum16(v); }
 };
 
 // Loads 16 consecutive weights of one row as f32. `load_partial` loads the

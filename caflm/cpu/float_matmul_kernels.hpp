@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "caflm/cpu/simd_helpers.hpp"
 #include "caflm/gguf/tensor_type.hpp"
 
 namespace caflm::detail {
@@ -50,19 +51,6 @@ constexpr std::size_t kFloatTileCols = 48;
 
 // Below this many multiply-adds a call runs on the calling thread.
 constexpr std::size_t kFloatParallelMinMacs = std::size_t{1} << 18;
-
-// Calls f(0), f(1), ..., f(N - 1) as straight-line code. The block kernels
-// index their accumulator arrays only through it, so that the arrays live in
-// registers: GCC at -O2 does not fully unroll these nested loops by itself.
-template <typename F, int... I>
-inline void unrolled_impl(F& f, std::integer_sequence<int, I...>) {
-  (f(I), ...);
-}
-
-template <int N, typename F>
-inline void unrolled(F f) {
-  unrolled_impl(f, std::make_integer_sequence<int, N>{});
-}
 
 /// MR rows x NR columns of y. `Simd` gives the vector type `V`, `kLanes`,
 /// `zero`, `fmadd`, `load_x`, `load_x_partial` (the first r < kLanes, the

@@ -16,29 +16,11 @@
 
 #include <utility>
 
+#include "caflm/cpu/simd_helpers.hpp"
+
 namespace caflm::detail {
 
 namespace {
-
-template <typename F, int... I>
-inline void unrolled_impl(F& f, std::integer_sequence<int, I...>) {
-  (f(I), ...);
-}
-
-// Calls f(0) .. f(N - 1) as straight-line code so that accumulator arrays
-// indexed through it stay in registers.
-template <int N, typename F>
-inline void unrolled(F f) {
-  unrolled_impl(f, std::make_integer_sequence<int, N>{});
-}
-
-// Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline __m256i load(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
@@ -99,7 +81,7 @@ __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, s
   }
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < NR; ++j) {
-      float sum = hsum(acc[i][j]);
+      float sum = hsum8(acc[i][j]);
       if constexpr (kWithMin) {
         sum += summ[i][j];
       }
@@ -172,7 +154,7 @@ __attribute__((flatten)) void super_block(const GroupProblem& p, size_t row0, si
   }
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < NR; ++j) {
-      const float sum = hsum(acc[i][j]);
+      const float sum = hsum8(acc[i][j]);
       p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
     }
   }

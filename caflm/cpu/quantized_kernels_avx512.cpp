@@ -25,28 +25,11 @@
 
 #include <utility>
 
+#include "caflm/cpu/simd_helpers.hpp"
+
 namespace caflm::detail {
 
 namespace {
-
-template <typename F, int... I>
-inline void unrolled_impl(F& f, std::integer_sequence<int, I...>) {
-  (f(I), ...);
-}
-
-template <int N, typename F>
-inline void unrolled(F f) {
-  unrolled_impl(f, std::make_integer_sequence<int, N>{});
-}
-
-// Horizontal sum of 16 lanes in one fixed order.
-inline float hsum(__m512 v) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline __m512i load(const void* p) {
   return _mm512_loadu_si512(p);
@@ -136,7 +119,7 @@ __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, s
   }
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < NR; ++j) {
-      float sum = hsum(acc[i][j]);
+      float sum = hsum16(acc[i][j]);
       if constexpr (kWithMin) {
         sum += summ[i][j];
       }
@@ -214,7 +197,7 @@ __attribute__((flatten)) void super_block(const GroupProblem& p, size_t row0, si
   }
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < NR; ++j) {
-      const float sum = hsum(acc[i][j]);
+      const float sum = hsum16(acc[i][j]);
       p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
     }
   }

@@ -12,7 +12,7 @@
 
 import {parseArgs} from "node:util";
 import path from "node:path";
-import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+import {flashAttention, loadCpuModel, positiveInt} from "./common.mjs";
 
 const usage = `usage: node batched-bench.mjs --model FILE [--npp 128] [--ntg 64] [--npl 1,32]
        [--threads 2] [--repeat 1] [--batch-size 512] [--flash-attn auto|on|off] [--seed 42]`;
@@ -37,17 +37,9 @@ function parseCli() {
         console.log(usage);
         process.exit(0);
     }
-    const positiveInt = (name, text) => {
-        const value = Number(text);
-        if (!Number.isInteger(value) || value < 1)
-            throw new Error(`--${name} must be a positive integer, got "${text}"`);
-        return value;
-    };
     if (values.model == null)
         throw new Error("--model FILE is required\n" + usage);
-    const flashAttn = {auto: "auto", on: true, off: false}[values["flash-attn"]];
-    if (flashAttn === undefined)
-        throw new Error(`--flash-attn must be auto, on or off, got "${values["flash-attn"]}"`);
+    const flashAttn = flashAttention(values["flash-attn"]);
     return {
         model: path.resolve(values.model),
         npp: positiveInt("npp", values.npp),
@@ -135,18 +127,7 @@ async function runOnce(sequences, prompts, ntg, decodeCalls) {
 
 async function main() {
     const options = parseCli();
-    // CPU only and never a source build or download: the prebuilt
-    // @node-llama-cpp/linux-x64 binary or an error.
-    const llama = await getLlama({
-        gpu: false,
-        build: "never",
-        skipDownload: true,
-        usePrebuiltBinaries: true,
-        maxThreads: options.threads,
-        logLevel: LlamaLogLevel.error,
-        progressLogs: false
-    });
-    const model = await llama.loadModel({modelPath: options.model, gpuLayers: 0});
+    const {llama, model} = await loadCpuModel(options.model, options.threads);
     const vocabSize = model.fileInfo.metadata?.tokenizer?.ggml?.tokens?.length;
     if (typeof vocabSize !== "number" || vocabSize < 1)
         throw new Error(`cannot tell the vocabulary size of ${options.model}`);

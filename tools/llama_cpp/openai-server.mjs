@@ -16,7 +16,7 @@
 import http from "node:http";
 import path from "node:path";
 import {parseArgs} from "node:util";
-import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+import {flashAttention, loadCpuModel, positiveInt} from "./common.mjs";
 
 const usage = `usage: node openai-server.mjs --model FILE [--port 8080] [--host 127.0.0.1]
        [--parallel 4] [--threads 2] [--ctx-size 8192] [--batch-size 512] [--flash-attn auto|on|off]`;
@@ -39,17 +39,9 @@ function parseCli() {
         console.log(usage);
         process.exit(0);
     }
-    const positiveInt = (name, text) => {
-        const value = Number(text);
-        if (!Number.isInteger(value) || value < 1)
-            throw new Error(`--${name} must be a positive integer, got "${text}"`);
-        return value;
-    };
     if (values.model == null)
         throw new Error("--model FILE is required\n" + usage);
-    const flashAttn = {auto: "auto", on: true, off: false}[values["flash-attn"]];
-    if (flashAttn === undefined)
-        throw new Error(`--flash-attn must be auto, on or off, got "${values["flash-attn"]}"`);
+    const flashAttn = flashAttention(values["flash-attn"]);
     const parallel = positiveInt("parallel", values.parallel);
     const ctxSize = values["ctx-size"] == null ? 2048 * parallel : positiveInt("ctx-size", values["ctx-size"]);
     const sequenceSize = Math.floor(ctxSize / parallel);
@@ -374,18 +366,7 @@ class CompletionServer {
 
 async function main() {
     const options = parseCli();
-    // CPU only and never a source build or download: the prebuilt
-    // @node-llama-cpp/linux-x64 binary or an error.
-    const llama = await getLlama({
-        gpu: false,
-        build: "never",
-        skipDownload: true,
-        usePrebuiltBinaries: true,
-        maxThreads: options.threads,
-        logLevel: LlamaLogLevel.error,
-        progressLogs: false
-    });
-    const model = await llama.loadModel({modelPath: options.model, gpuLayers: 0});
+    const {llama, model} = await loadCpuModel(options.model, options.threads);
     const context = await model.createContext({
         sequences: options.parallel,
         contextSize: options.sequenceSize,

@@ -1,0 +1,45 @@
+#pragma once
+
+// What every CPU kernel file shares: straight-line unrolling and the fixed
+// orders of horizontal sums. Internal linkage, so that each file, compiled
+// for its own instruction set, keeps its own copy (the AVX-512 ones only
+// where the file is compiled with AVX-512). Internals of caflm/cpu.
+
+#include <immintrin.h>
+
+#include <utility>
+
+namespace caflm {
+namespace {
+
+template <typename F, int... I>
+inline void unrolled_impl(F& f, std::integer_sequence<int, I...>) {
+  (f(I), ...);
+}
+
+/// Calls f(0), f(1), ..., f(N - 1) as straight-line code. Block kernels
+/// index their accumulator arrays only through it, so that the arrays live
+/// in registers: GCC at -O2 does not fully unroll such nested loops itself.
+template <int N, typename F>
+inline void unrolled(F f) {
+  unrolled_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+/// Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+/// Horizontal sum of 16 lanes in one fixed order: lanes i and i + 8 first,
+/// then hsum8's order on those sums.
+inline float hsum16(__m512 v) {
+  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+#endif
+
+} // namespace
+} // namespace caflm
