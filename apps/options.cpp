@@ -33,6 +33,17 @@ std::size_t mebibytes(std::uint64_t mib, const char* option) {
   return static_cast<std::size_t>(mib) << 20;
 }
 
+void add_token_flush_option(CLI::App& cmd, std::chrono::microseconds& interval) {
+  cmd.add_option_function<std::uint32_t>(
+         "--token-flush-us",
+         [&interval](const std::uint32_t& microseconds) {
+           interval = std::chrono::microseconds(microseconds);
+         },
+         "Microseconds a worker may hold tokens so that several steps go in one message (0: every "
+         "step at once; about 1000 lets a fast engine stream far more tokens per second)")
+      ->default_str("0");
+}
+
 void raise_open_file_limit() {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,6 +25,11 @@ std::size_t mebibytes(std::uint64_t mib, const char* option);
 /// Throws std::runtime_error saying so when `port` on `host` is taken (or
 /// `host` is no address of this machine). Port 0 always passes.
 void check_port_free(const std::string& host, std::uint16_t port);
+
+/// Adds `--token-flush-us`: how long an engine's worker may hold tokens so
+/// that several steps travel in one message (EngineLimits::
+/// token_flush_interval), written to `interval`.
+void add_token_flush_option(CLI::App& cmd, std::chrono::microseconds& interval);
 
 /// Lets the process open as many files as its hard limit allows, not the
 /// usual soft 1024: every HTTP connection holds a socket.

@@ -1,3 +1,4 @@
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,7 @@ struct ServeOptions {
   std::string api_key;
   std::uint32_t max_queue = 64;
   std::uint32_t max_concurrent = 32;
+  std::chrono::microseconds token_flush{0};
   std::string chat_template;
   std::uint64_t kv_cache_mb = 1024;
   std::uint32_t max_context = 0;
@@ -63,6 +65,7 @@ void run_serve(const ServeOptions& options, caf::actor_system& system,
   cluster_options.workers = options.workers;
   cluster_options.limits.queue_capacity = options.max_queue;
   cluster_options.limits.max_concurrent = options.max_concurrent;
+  cluster_options.limits.token_flush_interval = options.token_flush;
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
   cluster_options.max_context = options.max_context;
   cluster_options.device = options.device;
@@ -142,6 +145,7 @@ void add_serve_command(CLI::App& app) {
                   "Requests each local engine runs at once")
       ->check(at_least_one())
       ->capture_default_str();
+  add_token_flush_option(*cmd, options->token_flush);
   add_chat_template_option(*cmd, options->chat_template);
   add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local CPU engine, MiB")

@@ -121,6 +121,7 @@ void add_worker_command(CLI::App& app) {
                   "Requests waiting at most; beyond it, backpressure (at least 1)")
       ->check(at_least_one())
       ->capture_default_str();
+  add_token_flush_option(*cmd, options->limits.token_flush_interval);
   add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache size in MiB (honoured)")
       ->check(at_least_one())

@@ -3,7 +3,9 @@
 # request completes with all its tokens, none is refused or lost, and the
 # server's thread count stays bounded while the 1,000 streams are open (it
 # does not grow with the connections). `caflm bench-serve` is the client: it
-# holds every stream on one thread.
+# holds every stream on one thread. The engine holds tokens up to 1 ms
+# (--token-flush-us), so this also checks that tokens coalesced across steps
+# all arrive.
 # Usage: serve_streams.sh CAFLM_BINARY WORK_DIR
 set -euo pipefail
 caflm="$1"
@@ -19,7 +21,7 @@ cd "$work"
 # Queues deep enough for every client: this checks that the server holds
 # them, not that it refuses them (the 429 path has its own tests).
 "$caflm" serve --model model.gguf --port 0 --replicas 1 --max-queue "$clients" \
-  --max-concurrent 16 --kv-cache-mb 64 --log-level warning >serve.out 2>serve.err &
+  --max-concurrent 16 --kv-cache-mb 64 --token-flush-us 1000 --log-level warning >serve.out 2>serve.err &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 300); do
