@@ -112,6 +112,45 @@ std::uint64_t resident_bytes() {
   return 0;
 }
 
+/// A CPU engine sized by `sizing` (its context and request counts) with KV
+/// blocks for every one of `sequences` sequences at full length, and one
+/// spare. No prefix caching: random prompts never hit it, and its cached
+/// blocks would count as allocated.
+std::unique_ptr<InferenceEngine>
+make_cpu_bench_engine(const std::shared_ptr<const Model>& model,
+                      const std::shared_ptr<const Tokenizer>& tokenizer, EngineOptions sizing,
+                      std::uint32_t sequences) {
+  const std::uint64_t blocks = std::uint64_t{sequences} * cpu_kv_blocks_for(sizing.max_context) + 1;
+  sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config());
+  EngineConfig config = cpu_engine_config(*model, sizing);
+  config.prefix_caching = false;
+  return make_cpu_engine(model, tokenizer, config);
+}
+
+/// `count` random tokens below `vocab_size`.
+std::vector<TokenId> random_prompt(std::uint32_t count, std::uint32_t vocab_size,
+                                   std::mt19937& rng) {
+  std::uniform_int_distribution<TokenId> token(0, vocab_size - 1);
+  std::vector<TokenId> prompt(count);
+  for (TokenId& t : prompt)
+    t = token(rng);
+  return prompt;
+}
+
+/// Adds request `id` to `engine`: `prompt`, then `max_tokens` greedy tokens,
+/// end of sequence ignored.
+void add_greedy_request(InferenceEngine& engine, std::uint64_t id, std::vector<TokenId> prompt,
+                        std::uint32_t max_tokens) {
+  GenerationRequest request;
+  request.id = id;
+  request.prompt = std::move(prompt);
+  request.params.temperature = 0.0f;
+  request.params.ignore_eos = true;
+  request.params.max_tokens = max_tokens;
+  if (auto refused = engine.add(std::move(request)))
+    throw std::runtime_error(to_string(*refused));
+}
+
 /// Like llama.cpp's batched-bench: B sequences each prefill the prompt (all
 /// in as few steps as the token budget allows), then decode together.
 BenchResult run_one(const std::shared_ptr<const Model>& model,
@@ -126,14 +165,8 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
   std::unique_ptr<InferenceEngine> engine;
   std::uint64_t kv_cache_bytes = 0;
   if (options.device == Device::Cpu) {
-    // KV blocks for every sequence at full length, and one spare.
-    const std::uint64_t blocks =
-        std::uint64_t{concurrency} * cpu_kv_blocks_for(sizing.max_context) + 1;
-    sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config());
-    kv_cache_bytes = sizing.kv_cache_bytes;
-    EngineConfig config = cpu_engine_config(*model, sizing);
-    config.prefix_caching = false;
-    engine = make_cpu_engine(model, tokenizer, config);
+    engine = make_cpu_bench_engine(model, tokenizer, sizing, concurrency);
+    kv_cache_bytes = engine->load().total_blocks * cpu_kv_block_bytes(model->config());
   } else {
     // The GPU's KV cache comes from --gpu-memory. Prefix caching stays on:
     // random prompts never hit it.
@@ -141,18 +174,11 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
   }
 
   std::mt19937 rng(concurrency);
-  std::uniform_int_distribution<TokenId> token(0, model->config().vocab_size - 1);
-  for (std::uint32_t i = 0; i < concurrency; ++i) {
-    GenerationRequest request;
-    request.id = i;
-    for (std::uint32_t t = 0; t < options.prompt_tokens; ++t)
-      request.prompt.push_back(token(rng));
-    request.params.temperature = 0.0f;
-    request.params.ignore_eos = true;
-    request.params.max_tokens = options.gen_tokens + 1; // the first comes from prefill
-    if (auto refused = engine->add(request))
-      throw std::runtime_error(to_string(*refused));
-  }
+  // The first token comes from prefill.
+  for (std::uint32_t i = 0; i < concurrency; ++i)
+    add_greedy_request(*engine, i,
+                       random_prompt(options.prompt_tokens, model->config().vocab_size, rng),
+                       options.gen_tokens + 1);
   // Prefill ends when every sequence has its first token. Sequences whose
   // prompts fit in an earlier step already decode while later prompts
   // prefill, so count sequences, not events.
@@ -194,24 +220,12 @@ nlohmann::json measure_kv_waste(const std::shared_ptr<const Model>& model,
   sizing.max_context =
       std::min<std::uint32_t>(max_prompt + max_gen + 1, model->config().context_length);
   sizing.max_requests = sizing.max_running = concurrency;
-  sizing.kv_cache_bytes = (std::uint64_t{concurrency} * cpu_kv_blocks_for(sizing.max_context) + 1) *
-                          cpu_kv_block_bytes(model->config());
-  EngineConfig config = cpu_engine_config(*model, sizing);
-  config.prefix_caching = false;
-  auto engine = make_cpu_engine(model, tokenizer, config);
-  std::uniform_int_distribution<TokenId> token(0, model->config().vocab_size - 1);
+  auto engine = make_cpu_bench_engine(model, tokenizer, sizing, concurrency);
   for (std::uint32_t i = 0; i < concurrency; ++i) {
-    GenerationRequest request;
-    request.id = i;
-    const std::uint32_t prompt =
+    const std::uint32_t length =
         std::min(between(options.prompt_tokens / 4, max_prompt), sizing.max_context - 2);
-    for (std::uint32_t t = 0; t < prompt; ++t)
-      request.prompt.push_back(token(rng));
-    request.params.temperature = 0.0f;
-    request.params.ignore_eos = true;
-    request.params.max_tokens = between(options.gen_tokens / 4, max_gen);
-    if (auto refused = engine->add(request))
-      throw std::runtime_error(to_string(*refused));
+    std::vector<TokenId> prompt = random_prompt(length, model->config().vocab_size, rng);
+    add_greedy_request(*engine, i, std::move(prompt), between(options.gen_tokens / 4, max_gen));
   }
   std::uint64_t allocated = 0, used = 0, steps = 0;
   while (engine->has_work()) {
@@ -222,7 +236,7 @@ nlohmann::json measure_kv_waste(const std::shared_ptr<const Model>& model,
     ++steps;
   }
   return {{"sequences", concurrency},
-          {"block_size", config.scheduler.block_size},
+          {"block_size", engine->config().scheduler.block_size},
           {"steps", steps},
           {"allocated_slot_steps", allocated},
           {"used_slot_steps", used},
