@@ -216,15 +216,8 @@ bool InferenceEngine::cancel(std::uint64_t request_id) {
   if (it == requests_.end())
     return false;
   const Active& active = it->second;
-  if (active.queue_seconds < 0.0f)
-    --unmeasured_;
-  if (active.leader != 0) {
-    --followers_;
-    requests_.erase(it);
-    return true;
-  }
-  const bool may_lead = active.generated == 0;
-  (void)table_.cancel(request_id);
+  const bool may_lead = active.leader == 0 && active.generated == 0;
+  release(active, /*completed=*/false);
   requests_.erase(it);
   if (may_lead)
     promote_followers(request_id);
@@ -515,16 +508,25 @@ void InferenceEngine::finish(Active& active, FinishReason reason, TokenEvent& la
   last.finish = reason;
   last.prompt_tokens = static_cast<std::uint32_t>(active.request.prompt.size());
   last.completion_tokens = active.generated;
+  // A follower still waiting for its leader's prefill (the engine ends all)
+  // has no slot, and no cached tokens.
+  if (active.leader == 0)
+    last.cached_prompt_tokens =
+        std::min(table_.view(active.slot).cached_prompt_tokens, last.prompt_tokens);
+  release(active, /*completed=*/true);
+}
+
+void InferenceEngine::release(const Active& active, bool completed) {
   if (active.queue_seconds < 0.0f)
     --unmeasured_;
   if (active.leader != 0) {
-    // It was still waiting for its leader's prefill (the engine ends all).
     --followers_;
     return;
   }
-  const RequestView view = table_.view(active.slot);
-  last.cached_prompt_tokens = std::min(view.cached_prompt_tokens, last.prompt_tokens);
-  (void)table_.finish(active.request.id);
+  if (completed)
+    (void)table_.finish(active.request.id);
+  else
+    (void)table_.cancel(active.request.id);
 }
 
 void InferenceEngine::report_queue_time(Active& active, TokenEvent& event) {

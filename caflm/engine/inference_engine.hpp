@@ -244,6 +244,11 @@ class InferenceEngine {
   void accept_sample(Active& active, const SampleResult& sampled, const TokenLogprob* top,
                      std::uint32_t top_count, std::vector<TokenEvent>& events);
   void finish(Active& active, FinishReason reason, TokenEvent& last);
+  /// Takes `active`, which is leaving, out of the follower and queue-time
+  /// counts and, unless it still followed a leader, out of the table
+  /// (`completed`: finished, its full blocks cached; else cancelled). The
+  /// caller forgets it.
+  void release(const Active& active, bool completed);
   /// Sets the queue time on `active`'s first event.
   void report_queue_time(Active& active, TokenEvent& event);
   /// Ends every request with `fault` (after a failed step).

@@ -263,8 +263,9 @@ std::vector<double> one_two_five_buckets(double max_value);
 
 /// One engine as the cluster sees it at scrape time.
 struct EngineState {
-  /// The `engine` label: an index for a local replica, host:port for a
-  /// remote worker. Must stay the same for the same engine across scrapes.
+  /// The `engine` label (Cluster::engine_names: local-N for a local
+  /// replica, host:port for a remote worker). Must stay the same for the
+  /// same engine across scrapes.
   std::string name;
   bool up = false;
   std::uint32_t running = 0;
