@@ -4,7 +4,8 @@
 # `caflm bench` and through llama.cpp's batched bench (tools/llama_cpp,
 # node-llama-cpp's prebuilt CPU llama.cpp), in interleaved rounds; then the
 # caflm/llama.cpp ratios (median over rounds) of decode at B=1 and B=32 and
-# of prefill at B=1, and a plot of decode tok/s against concurrency.
+# of prefill at B=1, and a plot of decode tok/s against concurrency
+# (scripts/llama-cpp-results.py).
 #
 # Usage: scripts/compare-llama-cpp.sh [--caflm BIN] [--out DIR] [--rounds N]
 #          [--types "f32 f16 q8_0 q4_k_m"] [--threads T] [--concurrency 1,2,4,...]
@@ -56,43 +57,10 @@ for type in $types; do
   done
 done
 
-python3 - "$out" "$rounds" "$types" <<'EOF'
-import json, statistics, sys
-out, rounds, types = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-def caflm(t, r):
-    rows = json.load(open(f"{out}/caflm-{t}-{r}.json"))["results"]
-    return {row["concurrency"]: row for row in rows}
-def llama(t, r):
-    rows = [json.loads(l) for l in open(f"{out}/llama-{t}-{r}.jsonl") if l.startswith("{")]
-    return {row["b"]: row for row in rows}
-print("| figure | " + " | ".join(types) + " |")
-print("| --- |" + " --- |" * len(types))
-for name, b, key_c, key_l in [("decode, 1 sequence", 1, "decode_tok_s", "decode_tok_s"),
-                               ("decode, 32 sequences", 32, "decode_tok_s", "decode_tok_s"),
-                               ("prefill, one 128-token sequence", 1, "prefill_tok_s", "prefill_tok_s")]:
-    cells = []
-    for t in types:
-        ratios, c_abs, l_abs = [], [], []
-        for r in range(1, rounds + 1):
-            c, l = caflm(t, r), llama(t, r)
-            if b in c and b in l:
-                ratios.append(c[b][key_c] / l[b][key_l])
-                c_abs.append(c[b][key_c]); l_abs.append(l[b][key_l])
-        cells.append(f"x{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}] "
-                     f"({statistics.median(c_abs):.0f} vs {statistics.median(l_abs):.0f})"
-                     if ratios else "n/a")
-    print(f"| {name} | " + " | ".join(cells) + " |")
-fractions = []
-for t in types:
-    c = caflm(t, 1)
-    if 1 in c and c[1].get("decode_bandwidth_fraction") is not None:
-        fractions.append(f"{t} {100 * c[1]['decode_bandwidth_fraction']:.0f}%")
-print("\nB=1 decode, fraction of the measured read bandwidth (round 1): " + ", ".join(fractions))
-EOF
-
 # Debian's python3 has python3-matplotlib; a python3 earlier on PATH may not.
-plot_python=python3
-[[ -x /usr/bin/python3 ]] && plot_python=/usr/bin/python3
-"$plot_python" "$root/scripts/plot-decode.py" --out "$out/decode-vs-concurrency.png" --dir "$out" \
-  --types "$types" --rounds "$rounds" || echo "no plot (python3-matplotlib missing?)" >&2
+results_python=python3
+[[ -x /usr/bin/python3 ]] && results_python=/usr/bin/python3
+"$results_python" "$root/scripts/llama-cpp-results.py" --dir "$out" --types "$types" \
+  --rounds "$rounds" --plot "$out/decode-vs-concurrency.png" ||
+  echo "no plot (python3-matplotlib missing?)" >&2
 echo "plot: $out/decode-vs-concurrency.png" >&2
