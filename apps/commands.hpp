@@ -15,5 +15,6 @@ void add_inspect_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_bench_serve_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_certs_command(CLI::App& app);
 
 } // namespace caflm::apps

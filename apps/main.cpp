@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   caflm::apps::add_chat_command(app);
   caflm::apps::add_serve_command(app);
   caflm::apps::add_bench_serve_command(app);
+  caflm::apps::add_certs_command(app);
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const std::exception& e) {

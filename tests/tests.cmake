@@ -79,3 +79,8 @@ caflm_add_test(test_sampler_equivalence caflm_sampling)
 add_test(NAME test_serve_streams
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_streams.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/serve_streams)
+# caflm certs: the cluster PKI, checked with the openssl tool (verify, keys,
+# extensions, refusal to overwrite, a mutual TLS 1.2 handshake).
+add_test(NAME test_certs
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/certs.sh $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/certs)
