@@ -6,6 +6,7 @@
 
 #include <caf/atom.hpp>
 
+#include "caflm/actors/node_tls.hpp"
 #include "caflm/messages/type_registry.hpp"
 
 namespace caflm::apps {
@@ -17,12 +18,14 @@ caf::actor_system_config& configure(caf::actor_system_config& config) {
   return config;
 }
 
-void run_in_actor_system(const std::function<void(caf::actor_system&)>& command) {
+void run_in_actor_system(const std::function<void(caf::actor_system&)>& command,
+                         const TlsOptions& tls) {
   int status = 0;
   try {
     // Never destroyed, for the reason above.
     auto* config = new caf::actor_system_config;
-    auto* system = new caf::actor_system{configure(*config)};
+    enable_tls(configure(*config), tls);
+    auto* system = new caf::actor_system{*config};
     command(*system);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "caflm: %s\n", e.what());

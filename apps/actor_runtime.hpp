@@ -6,6 +6,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "caflm/actors/tls_options.hpp"
+
 namespace caflm::apps {
 
 /// The actor system config every caflm process uses: message types
@@ -18,7 +20,11 @@ caf::actor_system_config& configure(caf::actor_system_config& config);
 /// connection attempt to a worker that never answers its handshake (a
 /// stopped process, a filtered port) for as long as that lasts, and can wait
 /// forever for actors a remote node talked to.
-[[noreturn]] void run_in_actor_system(const std::function<void(caf::actor_system&)>& command);
+///
+/// With `tls` given, the system links to other nodes through mutual TLS
+/// (enable_tls); files that cannot work are the exception said.
+[[noreturn]] void run_in_actor_system(const std::function<void(caf::actor_system&)>& command,
+                                      const TlsOptions& tls = {});
 
 /// Blocks SIGINT and SIGTERM in the calling thread, and so in every thread
 /// it starts afterwards (CAF's inherit the mask), and returns them for

@@ -34,6 +34,7 @@ struct GenerateOptions {
   std::uint32_t replicas = 1;
   bool replicas_given = false;
   std::vector<std::string> workers;
+  TlsOptions tls;
   std::uint64_t kv_cache_mb = 1024;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
@@ -208,6 +209,7 @@ void run_generate(GenerateOptions& options, caf::actor_system& system) {
   ClusterOptions cluster_options;
   cluster_options.model_path = options.model;
   cluster_options.workers = options.workers;
+  cluster_options.tls = options.tls;
   // With workers and no --replicas, only the workers serve.
   cluster_options.replicas =
       options.workers.empty() || options.replicas_given ? options.replicas : 0;
@@ -267,6 +269,7 @@ void add_generate_command(CLI::App& app) {
                   "Seconds to wait for the workers to answer before giving up on them")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_tls_options(*cmd, options->tls);
   add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local replica, MiB")
       ->check(at_least_one())
@@ -282,7 +285,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--top-logprobs", p.top_logprobs, "Report the k most likely tokens per step");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of streaming text");
   cmd->callback([options] {
-    run_in_actor_system([&](caf::actor_system& system) { run_generate(*options, system); });
+    run_in_actor_system([&](caf::actor_system& system) { run_generate(*options, system); },
+                        options->tls);
   });
 }
 

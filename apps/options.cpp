@@ -161,4 +161,17 @@ void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory) {
       ->default_str("0.9");
 }
 
+void add_tls_options(CLI::App& cmd, TlsOptions& tls) {
+  cmd.add_option("--tls-cert", tls.certificate,
+                 "This node's certificate (PEM), signed by the cluster's CA: links to other caflm "
+                 "nodes then use mutual TLS")
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--tls-key", tls.key, "This node's private key (PEM, unencrypted)")
+      ->check(CLI::ExistingFile);
+  cmd.add_option("--tls-ca", tls.ca,
+                 "The cluster's CA certificate (PEM): peers must present a "
+                 "certificate it signed")
+      ->check(CLI::ExistingFile);
+}
+
 } // namespace caflm::apps

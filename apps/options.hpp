@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "caflm/actors/tls_options.hpp"
 #include "caflm/engine/engine_options.hpp"
 #include "caflm/engine/log.hpp"
 #include "caflm/sampling/sampling_params.hpp"
@@ -53,6 +54,11 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& params,
 /// `device` and `gpu_memory` (which must outlive the parse). The default is
 /// auto: CUDA when a device is usable, else the CPU (said once).
 void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory);
+
+/// Adds `--tls-cert`, `--tls-key` and `--tls-ca` to `cmd`: the node's
+/// certificate and key and the cluster's CA for mutual TLS with other caflm
+/// nodes (see `caflm certs`), written to `tls`, which must outlive the parse.
+void add_tls_options(CLI::App& cmd, TlsOptions& tls);
 
 /// Sets the log level unless `--log-level` chose one.
 void default_log_level(LogLevel level);

@@ -29,6 +29,7 @@ struct ServeOptions {
   std::uint16_t port = 8080;
   std::uint32_t replicas = 1;
   std::vector<std::string> workers;
+  TlsOptions tls;
   std::string served_model_name;
   std::string api_key;
   std::uint32_t max_queue = 64;
@@ -63,6 +64,7 @@ void run_serve(const ServeOptions& options, caf::actor_system& system,
   cluster_options.model_path = options.model;
   cluster_options.replicas = options.replicas;
   cluster_options.workers = options.workers;
+  cluster_options.tls = options.tls;
   cluster_options.limits.queue_capacity = options.max_queue;
   cluster_options.limits.max_concurrent = options.max_concurrent;
   cluster_options.limits.token_flush_interval = options.token_flush;
@@ -163,12 +165,15 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--connect-timeout", options->connect_timeout_s,
                   "Seconds to wait for the workers before serving")
       ->capture_default_str();
+  add_tls_options(*cmd, options->tls);
   cmd->callback([options] {
     // Before the actor system starts its threads, so that they inherit it.
     const sigset_t stop_signals = block_stop_signals();
-    run_in_actor_system([options, stop_signals](caf::actor_system& system) {
-      run_serve(*options, system, stop_signals);
-    });
+    run_in_actor_system(
+        [options, stop_signals](caf::actor_system& system) {
+          run_serve(*options, system, stop_signals);
+        },
+        options->tls);
   });
 }
 

@@ -8,13 +8,14 @@
 #include <unistd.h>
 
 #include <caf/all.hpp>
-#include <caf/io/middleman.hpp>
 
 #include "apps/actor_runtime.hpp"
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
+#include "caflm/actors/connection_guard.hpp"
 #include "caflm/actors/engine_core_actor.hpp"
 #include "caflm/actors/node_janitor.hpp"
+#include "caflm/actors/node_tls.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/engine_factory.hpp"
 #include "caflm/engine/log.hpp"
@@ -34,6 +35,8 @@ struct WorkerOptions {
   Device device = Device::Auto;
   GpuMemory gpu_memory;
   std::uint32_t max_context = 0;
+  TlsOptions tls;
+  bool insecure = false;
 };
 
 /// The model file, for the SIGBUS handler's message.
@@ -62,9 +65,23 @@ void run_worker(const WorkerOptions& options) {
   sizing.max_context = options.max_context;
   sizing.device = resolve_device(options.device);
   sizing.gpu_memory = options.gpu_memory;
-  // Before the model loads, which can take a while: a port in use is an
-  // error now, not after a minute of loading.
+  // Before the model loads, which can take a while: a port in use, or
+  // certificates that cannot work, are errors now, not after a minute of
+  // loading.
   check_port_free(options.host, options.port);
+  if (auto problem = validate(options.tls))
+    throw std::invalid_argument(*problem);
+  if (!options.tls.enabled() && !is_loopback_host(options.host)) {
+    if (!options.insecure)
+      throw std::invalid_argument(
+          "refusing to listen on " + options.host +
+          " without TLS: anyone who reaches the port could submit, read and cancel requests. "
+          "Give --tls-cert, --tls-key and --tls-ca (caflm certs writes them), or --insecure");
+    log(LogLevel::Warning,
+        "listening on {} without TLS (--insecure): anyone who reaches port {} can submit, read "
+        "and cancel requests, and read the traffic",
+        options.host, options.port);
+  }
 
   // Waited for below.
   sigset_t stop_signals = block_stop_signals();
@@ -73,20 +90,25 @@ void run_worker(const WorkerOptions& options) {
   std::snprintf(mapped_model, sizeof(mapped_model), "%s", options.model.c_str());
   std::signal(SIGBUS, on_sigbus);
   caf::actor_system_config config;
-  caf::actor_system system{configure(config)};
+  configure(config);
+  enable_tls(config, options.tls);
+  caf::actor_system system{config};
   auto engine = spawn_engine(system, model, load_tokenizer(*model), options.limits, sizing);
-  auto port = system.middleman().publish(engine, options.port, options.host.c_str(), true);
+  // Clients come and go for as long as the worker runs, and none may hold
+  // more of it than its limits.
+  start_node_janitor(system);
+  start_connection_guard(system);
+  auto port = publish_engine(system, engine, options.host, options.port);
   if (!port) {
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
     throw std::runtime_error("cannot listen on " + options.host + ":" +
                              std::to_string(options.port) + ": " + system.render(port.error()));
   }
-  // Clients come and go for as long as the worker runs.
-  start_node_janitor(system);
   // Tests and scripts read this line to learn the port.
   std::printf("caflm worker listening on %s:%u\n", options.host.c_str(), unsigned{*port});
   std::fflush(stdout);
-  log(LogLevel::Info, "worker serving {} on {}:{}", options.model, options.host, *port);
+  log(LogLevel::Info, "worker serving {} on {}:{}{}", options.model, options.host, *port,
+      options.tls.enabled() ? " with mutual TLS" : "");
   int signal = 0;
   sigwait(&stop_signals, &signal);
   {
@@ -112,7 +134,12 @@ void add_worker_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("worker", "Serve one engine to other caflm processes");
   cmd->add_option("--model", options->model, "GGUF model file")->required();
   cmd->add_option("--port", options->port, "TCP port (0: any free port)")->required();
-  cmd->add_option("--host", options->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--host", options->host,
+                  "Address to listen on (other than loopback: with TLS, or --insecure)")
+      ->capture_default_str();
+  add_tls_options(*cmd, options->tls);
+  cmd->add_flag("--insecure", options->insecure,
+                "Listen on a non-loopback address without TLS (warned about)");
   cmd->add_option("--max-concurrent", options->limits.max_concurrent,
                   "Requests running at once (at least 1)")
       ->check(at_least_one())

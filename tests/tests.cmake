@@ -84,3 +84,6 @@ add_test(NAME test_serve_streams
 add_test(NAME test_certs
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/certs.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/certs)
+add_test(NAME test_tls_cluster
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tls_cluster.sh $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/tls_cluster)

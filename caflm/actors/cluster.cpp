@@ -6,9 +6,11 @@
 
 #include <caf/all.hpp>
 
+#include "caflm/actors/connection_guard.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/engine_factory.hpp"
 #include "caflm/engine/inference_engine.hpp"
+#include "caflm/engine/log.hpp"
 #include "caflm/engine/model_tokenizer.hpp"
 #include "caflm/model/model.hpp"
 
@@ -112,6 +114,21 @@ void Cluster::start(std::shared_ptr<const Model> model) {
   std::vector<std::pair<std::string, std::uint16_t>> remotes;
   for (const std::string& address : options_.workers)
     remotes.push_back(parse_host_port(address));
+  if (options_.tls.enabled()) {
+    const caf::actor_system_config& config = system_.config();
+    if (!system_.has_openssl_manager() || config.openssl_certificate != options_.tls.certificate ||
+        config.openssl_key != options_.tls.key || config.openssl_cafile != options_.tls.ca)
+      throw std::invalid_argument("the cluster's TLS files are not those of its actor system: "
+                                  "call caflm::enable_tls on the config before creating it");
+  }
+  const bool tls = uses_tls(system_);
+  for (const auto& [host, port] : remotes) {
+    if (!tls && !is_loopback_host(host))
+      log(LogLevel::Warning,
+          "the worker at {}:{} is reached over plain TCP: anyone on the way can read and "
+          "alter its traffic (give the cluster's --tls-cert, --tls-key and --tls-ca)",
+          host, port);
+  }
   if (auto problem = validate(options_.limits))
     throw std::invalid_argument(*problem);
   std::vector<std::shared_ptr<InferenceEngine>> local;
@@ -152,6 +169,10 @@ void Cluster::start(std::shared_ptr<const Model> model) {
     engines_.push_back(spawn_engine_core(system_, std::move(engine), options_.limits));
     caf::anon_send(coordinator_, register_atom::value, engines_.back());
   }
+  // A worker, or whoever answers at its address, may not make this node
+  // hold more than the guard's limits.
+  if (!remotes.empty())
+    start_connection_guard(system_);
   for (auto& [host, port] : remotes) {
     remotes_.push_back(spawn_remote_engine(system_, host, port, coordinator_, options_.remote));
     engines_.push_back(remotes_.back());

@@ -13,6 +13,7 @@
 
 #include "caflm/actors/dp_coordinator_actor.hpp"
 #include "caflm/actors/engine_core_actor.hpp"
+#include "caflm/actors/node_tls.hpp"
 #include "caflm/actors/remote_engine_core_actor.hpp"
 #include "caflm/actors/request_actor.hpp"
 #include "caflm/messages/interfaces.hpp"
@@ -43,6 +44,11 @@ struct ClusterOptions {
   CoordinatorConfig coordinator;
   RemoteEngineOptions remote;
   RequestOptions request;
+  /// The node certificate, key and cluster CA the actor system was
+  /// configured with (enable_tls, before the system was created); workers
+  /// are then reached through mutual TLS. Empty: plain TCP, unless the
+  /// system was configured with TLS anyway.
+  TlsOptions tls;
 };
 
 /// Called with every chunk as it arrives (on the collector's thread).

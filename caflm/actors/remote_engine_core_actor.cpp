@@ -6,7 +6,9 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <caf/openssl/manager.hpp>
 
+#include "caflm/actors/node_tls.hpp"
 #include "caflm/actors/request_key.hpp"
 #include "caflm/actors/sink_watch.hpp"
 #include "caflm/engine/log.hpp"
@@ -230,8 +232,15 @@ void connect(proxy_pointer self) {
           },
           [self, epoch](const caf::error& error) {
             self->state.connecting = false;
-            if (epoch == self->state.epoch)
-              connect_failed(self, describe(self, error));
+            if (epoch != self->state.epoch)
+              return;
+            std::string why = describe(self, error);
+            if (error == caf::sec::disconnect_during_handshake)
+              why += uses_tls(self->home_system())
+                         ? " (does the worker use TLS with this node's CA?)"
+                         : " (does the worker expect TLS? This node uses none: give "
+                           "--tls-cert, --tls-key and --tls-ca)";
+            connect_failed(self, why);
           });
 }
 
@@ -417,13 +426,14 @@ proxy_actor::behavior_type proxy(proxy_pointer self, std::string host, std::uint
   };
 }
 
-engine_connector::behavior_type middleman_connector(engine_connector::pointer self) {
+/// Connects through `middleman`: the plain one, or the OpenSSL module's.
+engine_connector::behavior_type middleman_connector(engine_connector::pointer self,
+                                                    caf::io::middleman_actor middleman) {
   return {
-      [self](connect_atom, std::string& host,
-             std::uint16_t port) -> caf::result<engine_core_actor> {
+      [self, middleman](connect_atom, std::string& host,
+                        std::uint16_t port) -> caf::result<engine_core_actor> {
         auto promise = self->make_response_promise<engine_core_actor>();
-        auto mm = self->home_system().middleman().actor_handle();
-        self->request(mm, caf::infinite, caf::connect_atom::value, std::move(host), port)
+        self->request(middleman, caf::infinite, caf::connect_atom::value, std::move(host), port)
             .then(
                 [promise](const caf::node_id&, caf::strong_actor_ptr& ptr,
                           const std::set<std::string>&) mutable {
@@ -438,7 +448,9 @@ engine_connector::behavior_type middleman_connector(engine_connector::pointer se
 } // namespace
 
 engine_connector spawn_middleman_connector(caf::actor_system& system) {
-  return system.spawn(middleman_connector);
+  caf::io::middleman_actor middleman = uses_tls(system) ? system.openssl_manager().actor_handle()
+                                                        : system.middleman().actor_handle();
+  return system.spawn(middleman_connector, std::move(middleman));
 }
 
 remote_engine_actor spawn_remote_engine(caf::actor_system& system, std::string host,

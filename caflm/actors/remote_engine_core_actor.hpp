@@ -31,7 +31,9 @@ struct RemoteEngineOptions {
 using engine_connector = caf::typed_actor<
     caf::replies_to<connect_atom, std::string, std::uint16_t>::with<engine_core_actor>>;
 
-/// A connector that asks this system's middleman for the remote engine.
+/// A connector that asks this system's middleman for the remote engine:
+/// CAF's OpenSSL module when the system uses TLS (see node_tls.hpp), else
+/// the plain one. Throws std::runtime_error for anonymous TLS.
 engine_connector spawn_middleman_connector(caf::actor_system& system);
 
 /// Spawns a local stand-in for the engine that `caflm worker` publishes at
