@@ -19,6 +19,7 @@
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
 #include "caflm/actors/cluster.hpp"
+#include "caflm/engine/request_limits.hpp"
 #include "caflm/model/model.hpp"
 #include "caflm/text/chat_prompt.hpp"
 #include "caflm/text/chat_template.hpp"
@@ -191,7 +192,9 @@ void add_chat_command(CLI::App& app) {
   auto options = std::make_shared<ChatOptions>();
   SamplingParams& p = options->params;
   p.temperature = 0.8f;
-  p.max_tokens = 1024;
+  // As llama.cpp's chat: an answer ends at end-of-turn, Ctrl-C or a full
+  // context. A fixed count would be refused by engines of a smaller context.
+  p.max_tokens = kMaxTokensUntilContextFull;
   CLI::App* cmd = app.add_subcommand(
       "chat", "Chat with a model in the terminal (Ctrl-C stops an answer, Ctrl-D leaves)");
   cmd->add_option("--model", options->model, "GGUF model file")->required();
@@ -205,7 +208,7 @@ void add_chat_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-context", options->max_context, "Longest conversation (0: the model's)")
       ->capture_default_str();
-  add_sampling_options(*cmd, p, "Tokens per answer at most");
+  add_sampling_options(*cmd, p, "Tokens per answer at most (default: until the context is full)");
   cmd->callback([options] {
     run_in_actor_system([&](caf::actor_system& system) { run_chat(*options, system); });
   });

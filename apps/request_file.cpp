@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "caflm/engine/request_limits.hpp"
+
 namespace caflm::apps {
 
 const char* const kRequestFileHelp =
@@ -154,6 +156,9 @@ RequestLine parse_request_line(const std::string& line, std::size_t line_number,
     r.prompt = prompt->get<std::string>();
     if (r.prompt.empty())
       read.fail("\"prompt\" is empty");
+    if (r.prompt.size() > kDefaultMaxPromptBytes)
+      read.fail("\"prompt\" holds " + std::to_string(r.prompt.size()) + " bytes; at most " +
+                std::to_string(kDefaultMaxPromptBytes));
   } else {
     if (!tokens->is_array() || tokens->empty())
       read.fail("\"prompt_tokens\" must be a non-empty array of token ids");
@@ -197,6 +202,15 @@ RequestLine parse_request_line(const std::string& line, std::size_t line_number,
     } else {
       read.fail("\"stop\" must be a string or an array of strings, not " + stop->dump());
     }
+    // An engine's limits, said here with the line's number.
+    if (p.stop.size() > kDefaultMaxStopStrings)
+      read.fail("\"stop\" holds " + std::to_string(p.stop.size()) + " strings; at most " +
+                std::to_string(kDefaultMaxStopStrings));
+    for (std::size_t i = 0; i < p.stop.size(); ++i)
+      if (p.stop[i].size() > kDefaultMaxStopBytes)
+        read.fail("\"stop\" string " + std::to_string(i) + " holds " +
+                  std::to_string(p.stop[i].size()) + " bytes; at most " +
+                  std::to_string(kDefaultMaxStopBytes));
   }
   if (auto problem = validate(p))
     read.fail(*problem);

@@ -79,6 +79,9 @@ caflm_add_test(test_sampler_equivalence caflm_sampling)
 add_test(NAME test_serve_streams
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_streams.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/serve_streams)
+caflm_add_test(test_request_limits caflm_server nlohmann_json::nlohmann_json)
+# The request file reader of `caflm generate`, checked against the same limits.
+target_sources(test_request_limits PRIVATE ${PROJECT_SOURCE_DIR}/apps/request_file.cpp)
 # caflm certs: the cluster PKI, checked with the openssl tool (verify, keys,
 # extensions, refusal to overwrite, a mutual TLS 1.2 handshake).
 add_test(NAME test_certs

@@ -124,8 +124,16 @@ std::optional<Admission> precheck(core_pointer self, const GenerateRequest& requ
                       std::to_string(request.attempt) + " of this sink is already in the engine");
   if (auto problem = validate(request.params))
     return refuse(request, InferenceErrorCode::bad_request, *problem);
+  // The engine's request limits, for requests from any client or peer.
+  const RequestLimits& limits = st.engine->request_limits();
+  if (auto problem = check_params(limits, request.params, st.engine->max_context()))
+    return refuse(request, InferenceErrorCode::bad_request, *problem);
   if (request.generated.size() >= request.params.max_tokens)
     return refuse(request, InferenceErrorCode::bad_request, "no tokens left to generate");
+  // Text is tokenized only without tokens; its size bounds the tokenizer's work.
+  if (request.prompt_tokens.empty())
+    if (auto problem = check_prompt_bytes(limits, request.prompt.size()))
+      return refuse(request, InferenceErrorCode::bad_request, *problem);
   // Checked before tokenizing: a vocabulary that adds BOS would turn an
   // empty text into a one-token prompt, and the request would be served.
   if (request.prompt.empty() && request.prompt_tokens.empty())
@@ -139,6 +147,15 @@ std::optional<Admission> precheck(core_pointer self, const GenerateRequest& requ
 std::optional<Admission> check_tokens(const EngineCoreState& st, const GenerateRequest& request) {
   if (request.prompt_tokens.empty())
     return refuse(request, InferenceErrorCode::bad_request, "the prompt is empty");
+  // Lengths before the scans below: a peer's sequence may be of any length.
+  if (auto problem = check_prompt_tokens(st.engine->request_limits(), request.prompt_tokens.size(),
+                                         request.generated.size()))
+    return refuse(request, InferenceErrorCode::context_length_exceeded, *problem);
+  const std::size_t length = request.prompt_tokens.size() + request.generated.size();
+  if (length >= st.engine->max_context())
+    return refuse(request, InferenceErrorCode::context_length_exceeded,
+                  "the prompt has " + std::to_string(length) + " tokens; the engine's context " +
+                      "holds " + std::to_string(st.engine->max_context()) + " including the reply");
   const std::size_t vocab = st.engine->tokenizer().vocabulary().size();
   for (TokenId token : request.prompt_tokens)
     if (token >= vocab)
@@ -149,11 +166,6 @@ std::optional<Admission> check_tokens(const EngineCoreState& st, const GenerateR
     if (token >= vocab)
       return refuse(request, InferenceErrorCode::bad_request,
                     "generated token id " + std::to_string(token) + " is outside the vocabulary");
-  const std::size_t length = request.prompt_tokens.size() + request.generated.size();
-  if (length >= st.engine->max_context())
-    return refuse(request, InferenceErrorCode::context_length_exceeded,
-                  "the prompt has " + std::to_string(length) + " tokens; the engine's context " +
-                      "holds " + std::to_string(st.engine->max_context()) + " including the reply");
   return std::nullopt;
 }
 

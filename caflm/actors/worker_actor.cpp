@@ -230,6 +230,8 @@ InferenceErrorCode error_code(EngineFault fault) {
     return InferenceErrorCode::context_length_exceeded;
   case EngineFault::NanLogits:
     return InferenceErrorCode::internal;
+  case EngineFault::LifetimeExceeded:
+    return InferenceErrorCode::deadline_exceeded;
   case EngineFault::StepFailed:
   case EngineFault::None:
     break;
@@ -244,6 +246,7 @@ InferenceErrorCode error_code(AddError error) {
   case AddError::EmptyPrompt:
   case AddError::InvalidToken:
   case AddError::BadParams:
+  case AddError::LimitExceeded:
     return InferenceErrorCode::bad_request;
   case AddError::ContextLengthExceeded:
     return InferenceErrorCode::context_length_exceeded;
@@ -309,8 +312,9 @@ void run_step(worker_pointer self) {
       if (event.fault == EngineFault::StepFailed && step_faults++ == 0)
         step_error = event.error;
       else if (event.fault != EngineFault::StepFailed)
-        log(LogLevel::Error, "engine ended request {} (attempt {}): {}", served.id, served.attempt,
-            event.error);
+        // An outlived lifetime is the request's, not a fault of the engine.
+        log(event.fault == EngineFault::LifetimeExceeded ? LogLevel::Warning : LogLevel::Error,
+            "engine ended request {} (attempt {}): {}", served.id, served.attempt, event.error);
       self->send(served.sink, InferenceError{served.id, served.attempt, error_code(event.fault),
                                              std::move(event.error)});
       ended.push_back(event.request_id);

@@ -55,6 +55,7 @@ std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens) {
 EngineConfig cpu_engine_config(const Model& model, const EngineOptions& options) {
   const ModelConfig& m = model.config();
   EngineConfig config;
+  config.requests = options.requests;
   SchedulerConfig& s = config.scheduler;
   s.max_requests = std::max<std::uint32_t>(options.max_requests, 1);
   s.max_running = std::clamp<std::uint32_t>(options.max_running, 1, s.max_requests);

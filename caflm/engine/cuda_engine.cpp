@@ -48,6 +48,7 @@ std::unique_ptr<InferenceEngine> make_cuda_engine(std::shared_ptr<const Model> m
   const ModelConfig& m = model->config();
 
   EngineConfig config;
+  config.requests = options.requests;
   SchedulerConfig& s = config.scheduler;
   s.max_requests = std::max<std::uint32_t>(options.max_requests, 1);
   s.max_running = std::clamp<std::uint32_t>(options.max_running, 1, s.max_requests);

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "caflm/engine/request_limits.hpp"
+
 namespace caflm {
 
 /// Where an engine runs.
@@ -54,6 +56,8 @@ struct EngineOptions {
   /// A CUDA engine's share of its device, and the device's ordinal.
   GpuMemory gpu_memory;
   int gpu_index = 0;
+  /// What one request may ask of the engine (EngineConfig::requests).
+  RequestLimits requests;
 };
 
 } // namespace caflm

@@ -1,6 +1,7 @@
 #include "caflm/engine/inference_engine.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "caflm/text/vocabulary.hpp"
 
@@ -32,6 +33,8 @@ const char* to_string(EngineFault fault) {
     return "the request needs more KV blocks than the engine has";
   case EngineFault::NanLogits:
     return "the model produced NaN logits";
+  case EngineFault::LifetimeExceeded:
+    return "the request outlived the engine's request lifetime";
   }
   return "unknown fault";
 }
@@ -57,6 +60,8 @@ const char* to_string(AddError error) {
     return "the prompt holds a token id outside the vocabulary";
   case AddError::BadParams:
     return "invalid sampling parameters";
+  case AddError::LimitExceeded:
+    return "the request exceeds the engine's request limits";
   }
   return "unknown error";
 }
@@ -76,7 +81,10 @@ InferenceEngine::InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
              config_.scheduler.max_requests * config_.scheduler.max_pages(), backend_->vocab_size())
   , sampler_(backend_->vocab_size())
   , top_scratch_(kMaxTopLogprobs) {
+  if (auto problem = validate(config_.requests))
+    throw std::invalid_argument(*problem);
   preempted_.reserve(config_.scheduler.max_requests);
+  expired_.reserve(config_.scheduler.max_requests);
   due_.reserve(config_.scheduler.max_requests);
   if (backend_->samples_on_device()) {
     sample_capacity_ = backend_->sample_capacity();
@@ -104,10 +112,15 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
     return AddError::EmptyPrompt;
   if (requests_.count(request.id) != 0)
     return AddError::DuplicateRequest;
+  if (check_limits(request))
+    return AddError::LimitExceeded;
+  // Before copying it: a sequence from a peer may be of any length.
+  if (request.prompt.size() + request.generated.size() >= max_context())
+    return AddError::ContextLengthExceeded;
   if (!request.params.seed)
     request.params.seed = random_seed();
   if (request.arrival == std::chrono::steady_clock::time_point{})
-    request.arrival = std::chrono::steady_clock::now();
+    request.arrival = clock_();
   std::vector<TokenId> sequence = request.prompt;
   sequence.insert(sequence.end(), request.generated.begin(), request.generated.end());
   // Room for at least one more token: a prompt is never truncated.
@@ -147,6 +160,12 @@ std::optional<AddError> InferenceEngine::add(GenerationRequest request) {
   return std::nullopt;
 }
 
+std::optional<std::string> InferenceEngine::check_limits(const GenerationRequest& request) const {
+  if (auto problem = check_params(config_.requests, request.params, max_context()))
+    return problem;
+  return check_prompt_tokens(config_.requests, request.prompt.size(), request.generated.size());
+}
+
 const InferenceEngine::Active*
 InferenceEngine::prefill_leader(const GenerationRequest& request) const {
   if (request.prefill_group == 0 || !request.generated.empty())
@@ -164,7 +183,7 @@ InferenceEngine::prefill_leader(const GenerationRequest& request) const {
 }
 
 void InferenceEngine::fork_followers(const Active& leader, std::uint32_t row) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_();
   for (auto& entry : requests_) {
     Active& follower = entry.second;
     if (follower.leader != leader.request.id)
@@ -279,8 +298,13 @@ void InferenceEngine::step(std::vector<TokenEvent>& events) {
   preempted_.clear();
   if (requests_.empty())
     return;
+  const auto step_start = clock_();
+  if (config_.requests.max_lifetime.count() > 0) {
+    end_expired(step_start, events);
+    if (requests_.empty())
+      return;
+  }
   BackendError backend_error = BackendError::DeviceFailure;
-  const auto step_start = std::chrono::steady_clock::now();
   auto receipt = run_step(table_, planner_, *backend_, plan_, buffers_, &backend_error);
   if (!receipt) {
     // A failed step is the engine's fault, not the requests': end every one
@@ -333,6 +357,26 @@ void InferenceEngine::step(std::vector<TokenEvent>& events) {
     sample_into(it->second, buffers_.logits_row(due.row), events);
     if (events.back().finish != FinishReason::None)
       requests_.erase(it);
+  }
+}
+
+void InferenceEngine::end_expired(std::chrono::steady_clock::time_point now,
+                                  std::vector<TokenEvent>& events) {
+  const auto lifetime = config_.requests.max_lifetime;
+  expired_.clear();
+  for (const auto& entry : requests_)
+    if (now - entry.second.request.arrival > lifetime)
+      expired_.push_back(entry.first);
+  for (std::uint64_t id : expired_) {
+    auto it = requests_.find(id);
+    Active& active = it->second;
+    const bool may_lead = active.leader == 0 && active.generated == 0;
+    events.push_back(end_with_error(active, EngineFault::LifetimeExceeded,
+                                    lifetime_exceeded_message(config_.requests)));
+    requests_.erase(it);
+    // Its followers (unless they expired too) go on without it.
+    if (may_lead)
+      promote_followers(id);
   }
 }
 

@@ -2,12 +2,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "caflm/engine/request_limits.hpp"
 #include "caflm/sampling/sampler.hpp"
 #include "caflm/sampling/sampling_params.hpp"
 #include "caflm/scheduler/step.hpp"
@@ -66,6 +68,8 @@ enum class EngineFault : std::uint8_t {
   /// The model produced NaN logits for it: its weights or the backend are
   /// broken, and a sample would be meaningless.
   NanLogits,
+  /// The request outlived RequestLimits::max_lifetime.
+  LifetimeExceeded,
 };
 
 const char* to_string(EngineFault fault);
@@ -100,6 +104,8 @@ enum class AddError : std::uint8_t {
   ContextLengthExceeded,
   InvalidToken,
   BadParams,
+  /// Beyond the engine's RequestLimits; check_limits says which.
+  LimitExceeded,
 };
 
 const char* to_string(AddError error);
@@ -110,6 +116,8 @@ struct EngineConfig {
   /// Physical KV blocks of `scheduler.block_size` tokens.
   std::uint32_t kv_blocks = 1024;
   bool prefix_caching = true;
+  /// What one request may ask; the engine refuses (and ends) those beyond.
+  RequestLimits requests;
 };
 
 /// `config` with its context cut to what its KV pool holds, so that a
@@ -162,6 +170,9 @@ inline double load_score(std::uint32_t running, std::uint32_t waiting) {
 /// owner (the worker actor, or the command line) drives it.
 class InferenceEngine {
  public:
+  /// The engine's time: requests' arrivals, queue times and lifetimes.
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
   /// The backend's KV storage must have at least `config.kv_blocks` blocks
   /// of `config.scheduler.block_size`; see `make_cpu_engine`.
   InferenceEngine(std::shared_ptr<const Tokenizer> tokenizer,
@@ -171,6 +182,10 @@ class InferenceEngine {
   /// Queues a request; it starts in a later step. A request without a seed
   /// gets a random one.
   std::optional<AddError> add(GenerationRequest request);
+  /// Why `request` exceeds the engine's RequestLimits (stop strings,
+  /// max_tokens, prompt tokens), or nullopt: the message of
+  /// AddError::LimitExceeded.
+  std::optional<std::string> check_limits(const GenerationRequest& request) const;
   /// Ends a request at once, releasing its blocks; false if unknown.
   bool cancel(std::uint64_t request_id);
 
@@ -179,6 +194,11 @@ class InferenceEngine {
   LoadReport load() const;
   KvOccupancy kv_occupancy() const;
   const EngineConfig& config() const { return config_; }
+  const RequestLimits& request_limits() const { return config_.requests; }
+  /// Replaces the engine's clock (std::chrono::steady_clock by default), so
+  /// that a test drives lifetimes and queue times without waiting. Set it
+  /// before the first request.
+  void set_clock(Clock clock) { clock_ = std::move(clock); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   /// The tokenizer, to share with other threads (it is immutable).
   const std::shared_ptr<const Tokenizer>& shared_tokenizer() const { return tokenizer_; }
@@ -251,6 +271,8 @@ class InferenceEngine {
   void release(const Active& active, bool completed);
   /// Sets the queue time on `active`'s first event.
   void report_queue_time(Active& active, TokenEvent& event);
+  /// Ends the requests that outlived their lifetime at `now`.
+  void end_expired(std::chrono::steady_clock::time_point now, std::vector<TokenEvent>& events);
   /// Ends every request with `fault` (after a failed step).
   void end_all(EngineFault fault, const std::string& error, std::vector<TokenEvent>& events);
   /// Ends `active` with FinishReason::Error and `fault` (the caller forgets
@@ -280,6 +302,8 @@ class InferenceEngine {
   std::vector<RaggedTopLogprob> sample_top_;
   std::vector<TokenId> window_scratch_;
   std::vector<std::uint64_t> preempted_;
+  std::vector<std::uint64_t> expired_;
+  Clock clock_ = [] { return std::chrono::steady_clock::now(); };
   std::vector<DueSample> due_;               // [max_requests]
   std::vector<std::uint64_t> sample_owners_; // [sample_capacity_.max_specs]
   /// Requests that wait for a leader's prefill; each holds a table slot in

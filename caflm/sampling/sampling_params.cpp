@@ -39,7 +39,7 @@ std::optional<std::string> validate(const SamplingParams& params) {
   if (params.penalty_last_n < -1)
     return "penalty_last_n must be -1 (whole context), 0 (disabled) or positive";
   if (params.top_logprobs > kMaxTopLogprobs)
-    return "top_logprobs must be at most 20";
+    return "top_logprobs must be at most " + std::to_string(kMaxTopLogprobs);
   for (const std::string& stop : params.stop) {
     // An empty stop string would match before the first token.
     if (stop.empty())

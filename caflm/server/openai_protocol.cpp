@@ -146,6 +146,11 @@ std::vector<std::string> read_stop(const json& body) {
     // An empty string stops nothing; clients send it for "none".
     if (value->get_ref<const std::string&>().empty())
       return {};
+    if (value->get_ref<const std::string&>().size() > kMaxStopBytes)
+      throw invalid_request("stop may hold at most " + std::to_string(kMaxStopBytes) +
+                                " bytes, got " +
+                                std::to_string(value->get_ref<const std::string&>().size()),
+                            "stop");
     return {value->get<std::string>()};
   }
   if (!value->is_array())
@@ -162,6 +167,11 @@ std::vector<std::string> read_stop(const json& body) {
       throw wrong_type(param, "a string", stop);
     if (stop.get_ref<const std::string&>().empty())
       throw invalid_request(param + " must not be empty", param);
+    if (stop.get_ref<const std::string&>().size() > kMaxStopBytes)
+      throw invalid_request(param + " may hold at most " + std::to_string(kMaxStopBytes) +
+                                " bytes, got " +
+                                std::to_string(stop.get_ref<const std::string&>().size()),
+                            param);
     stops.push_back(stop.get<std::string>());
   }
   return stops;
@@ -301,6 +311,7 @@ std::vector<ChatMessage> read_messages(const json& body) {
     throw invalid_request("messages must not be empty", "messages");
   std::vector<ChatMessage> out;
   out.reserve(messages->size());
+  std::uint64_t content_bytes = 0;
   for (std::size_t i = 0; i < messages->size(); ++i) {
     const json& message = (*messages)[i];
     std::string param = "messages[" + std::to_string(i) + "]";
@@ -316,6 +327,12 @@ std::vector<ChatMessage> read_messages(const json& body) {
                                 " is not one of system, developer, user, assistant, tool",
                             param + ".role");
     std::string content = read_content(message, param, role_name);
+    content_bytes += content.size();
+    if (content_bytes > kMaxPromptBytes)
+      throw invalid_request("messages may hold at most " + std::to_string(kMaxPromptBytes) +
+                                " bytes of content, got " + std::to_string(content_bytes) + " by " +
+                                param,
+                            "messages");
     // OpenAI's "developer" is the system prompt of newer models; chat
     // templates know only "system".
     if (role_name == "developer")
@@ -343,12 +360,22 @@ std::vector<TokenId> read_token_ids(const json& array, const std::string& param)
   return tokens;
 }
 
+/// A text prompt, at most kMaxPromptBytes.
+CompletionPrompt read_text_prompt(const json& text, const std::string& param) {
+  const std::string& value = text.get_ref<const std::string&>();
+  if (value.size() > kMaxPromptBytes)
+    throw invalid_request(param + " may hold at most " + std::to_string(kMaxPromptBytes) +
+                              " bytes, got " + std::to_string(value.size()),
+                          param);
+  return CompletionPrompt{value, {}, false};
+}
+
 std::vector<CompletionPrompt> read_prompts(const json& body) {
   const json* prompt = field(body, "prompt");
   if (prompt == nullptr)
     throw invalid_request("prompt is required", "prompt");
   if (prompt->is_string())
-    return {CompletionPrompt{prompt->get<std::string>(), {}, false}};
+    return {read_text_prompt(*prompt, "prompt")};
   const char* expected =
       "a string, an array of strings, an array of token ids or an array of arrays of token ids";
   if (!prompt->is_array())
@@ -365,7 +392,7 @@ std::vector<CompletionPrompt> read_prompts(const json& body) {
     std::string param = "prompt[" + std::to_string(i) + "]";
     // One array holds one kind: strings, or token-id lists.
     if (first.is_string() && item.is_string())
-      prompts.push_back(CompletionPrompt{item.get<std::string>(), {}, false});
+      prompts.push_back(read_text_prompt(item, param));
     else if (first.is_array() && item.is_array())
       prompts.push_back(CompletionPrompt{{}, read_token_ids(item, param), true});
     else

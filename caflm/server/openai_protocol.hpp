@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "caflm/engine/inference_engine.hpp"
+#include "caflm/engine/request_limits.hpp"
 #include "caflm/sampling/sampling_params.hpp"
 #include "caflm/text/chat_template.hpp"
 
@@ -75,8 +76,19 @@ nlohmann::ordered_json error_body(const ApiError& error);
 /// The greatest `n` a request may ask for.
 inline constexpr std::uint32_t kMaxChoices = 128;
 
-/// The greatest number of stop strings (OpenAI's limit).
+/// The greatest number of stop strings (OpenAI's limit, stricter than an
+/// engine's).
 inline constexpr std::size_t kMaxStopStrings = 4;
+static_assert(kMaxStopStrings <= kDefaultMaxStopStrings,
+              "the API must not accept more stop strings than an engine");
+
+/// The greatest length of one stop string, in bytes: an engine's.
+inline constexpr std::size_t kMaxStopBytes = kDefaultMaxStopBytes;
+
+/// The greatest prompt, in bytes: an engine's. A completion's text prompt
+/// is held to it, and so is a chat's message content, all messages together
+/// (its rendered prompt is longer still, and the engine checks that).
+inline constexpr std::uint64_t kMaxPromptBytes = kDefaultMaxPromptBytes;
 
 /// The greatest `logprobs` of /v1/completions (OpenAI's limit).
 inline constexpr std::uint32_t kMaxCompletionLogprobs = 5;
@@ -87,7 +99,7 @@ inline constexpr float kMaxRepetitionPenalty = 10.0f;
 
 /// SamplingParams::max_tokens of a request that set none where the default is
 /// "until the context is full": the engine ends it with "length" then.
-inline constexpr std::uint32_t kUnboundedMaxTokens = 0xFFFFFFFFu;
+inline constexpr std::uint32_t kUnboundedMaxTokens = kMaxTokensUntilContextFull;
 
 /// /v1/completions' default max_tokens (OpenAI's documented default).
 inline constexpr std::uint32_t kDefaultCompletionMaxTokens = 16;
