@@ -1,35 +1,12 @@
 // Admit, plan, lower, commit and finish must not allocate after start-up:
-// this file replaces the global operator new to count allocations.
+// the test program counts every heap allocation (allocation_counter.hpp).
 #include <catch2/catch.hpp>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <numeric>
 #include <vector>
 
 #include "caflm/scheduler/step.hpp"
-
-namespace {
-
-std::atomic<bool> counting{false};
-std::atomic<long> allocations{0};
-
-} // namespace
-
-[[gnu::noinline]] void* operator new(std::size_t size) {
-  if (counting.load(std::memory_order_relaxed))
-    allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size))
-    return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept {
-  std::free(p);
-}
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+#include "tests/support/allocation_counter.hpp"
 
 using namespace caflm;
 
@@ -73,7 +50,7 @@ TEST_CASE("admit, plan, lower, commit and finish allocate nothing after start-up
   std::iota(prompt.begin(), prompt.end(), 1);
 
   long steps = 0;
-  counting = true;
+  const std::size_t allocations_before = test::heap_allocations.load();
   for (std::uint64_t round = 0; round < 20; ++round) {
     for (std::uint64_t r = 0; r < 6; ++r)
       (void)table.admit(round * 10 + r, prompt.data(), 12 + static_cast<std::uint32_t>(r * 2));
@@ -89,8 +66,8 @@ TEST_CASE("admit, plan, lower, commit and finish allocate nothing after start-up
     for (std::uint64_t r = 0; r < 10; ++r)
       (void)(r % 2 ? table.finish(round * 10 + r) : table.cancel(round * 10 + r));
   }
-  counting = false;
+  const std::size_t allocations = test::heap_allocations.load() - allocations_before;
   CHECK(steps > 100);
   CHECK(cache.hits() > 0);
-  CHECK(allocations.load() == 0);
+  CHECK(allocations == 0);
 }

@@ -16,24 +16,10 @@
 #include <utility>
 #include <vector>
 
-// Counts every heap allocation of the process, to prove sample() makes none. The replacements
-// stay out of line: once inlined, GCC pairs malloc with operator new and reports a mismatch.
-namespace {
-std::atomic<std::size_t> g_allocations{0};
-} // namespace
+// Counts every heap allocation of the process, to prove sample() makes none.
+#include "tests/support/allocation_counter.hpp"
 
-[[gnu::noinline]] void* operator new(std::size_t size) {
-  ++g_allocations;
-  if (void* memory = std::malloc(size == 0 ? 1 : size))
-    return memory;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void operator delete(void* memory) noexcept {
-  std::free(memory);
-}
-[[gnu::noinline]] void operator delete(void* memory, std::size_t) noexcept {
-  std::free(memory);
-}
+using caflm::test::heap_allocations;
 
 namespace {
 
@@ -597,13 +583,13 @@ TEST_CASE("sample allocates nothing") {
 
   Sampler sampler(kVocab);
   std::vector<TokenId> chosen(settings.size() * 25);
-  const std::size_t before = g_allocations.load();
+  const std::size_t before = heap_allocations.load();
   for (std::size_t i = 0; i < chosen.size(); ++i)
     chosen[i] = sampler
                     .sample(logits.data(), settings[i % settings.size()], history.data(),
                             history.size(), i, &banned, 1, top.data())
                     .token;
-  CHECK(g_allocations.load() == before);
+  CHECK(heap_allocations.load() == before);
   CHECK(std::find(chosen.begin(), chosen.end(), banned) == chosen.end());
 }
 
