@@ -8,7 +8,8 @@
 #   another CA; plain TCP garbage and a BASP header announcing 4 GiB cost
 #   the worker no memory;
 # - a member announcing a 4 GiB message, or a frame of an unknown type, is
-#   disconnected and logged, with the worker's memory flat;
+#   disconnected and logged, with the worker's memory flat; refused peers
+#   are logged too;
 # - connections beyond the per-peer limit are closed at once, and silent
 #   ones once the handshake timeout passes;
 # - the worker refuses a non-loopback address without TLS unless --insecure,
@@ -119,6 +120,10 @@ basp_header() { # OPERATION PAYLOAD_HEX8: 32 bytes, big-endian
 head -c 4096 /dev/urandom | timeout 5 bash -c "cat >/dev/tcp/127.0.0.1/$port" || true
 sleep 1
 (($(rss_kib "$worker") < baseline + 262144)) || fail "plain TCP grew the worker's memory"
+# Each refused peer is in the worker's log: the caflm client without TLS, the
+# two openssl clients and the two plain TCP connections.
+refused=$(grep -c "ended before its handshake" worker.err || true)
+((refused >= 5)) || fail "only $refused refused peers logged"
 
 # A member of the cluster is bounded too.
 member_sends() { # BYTES...: written through a TLS session with node-3's certificate

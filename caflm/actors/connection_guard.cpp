@@ -26,8 +26,13 @@ using Clock = std::chrono::steady_clock;
 /// event loop.
 struct GuardState {
   ConnectionLimits limits;
-  /// When each connection was first seen.
-  std::unordered_map<connection_handle, Clock::time_point> opened;
+  /// Each open connection: when it was first seen, and its peer (kept for
+  /// the log once the socket is gone).
+  struct Connection {
+    Clock::time_point opened;
+    std::string peer;
+  };
+  std::unordered_map<connection_handle, Connection> open;
 };
 
 std::string peer_of(basp_broker& broker, connection_handle hdl) {
@@ -43,7 +48,7 @@ void drop(basp_broker& broker, GuardState& state, connection_handle hdl, const s
   if (broker.ctx.count(hdl) != 0)
     broker.connection_cleanup(hdl, code);
   broker.close(hdl);
-  state.opened.erase(hdl);
+  state.open.erase(hdl);
 }
 
 /// Big-endian, as CAF's binary serializer writes integers.
@@ -99,7 +104,8 @@ void install(basp_broker& broker, std::shared_ptr<GuardState> state) {
           drop(*self, *state, msg.handle, refusal, caf::sec::cannot_connect_to_node);
           return;
         }
-        state->opened.emplace(msg.handle, Clock::now());
+        state->open.emplace(msg.handle,
+                            GuardState::Connection{Clock::now(), peer_of(*self, msg.handle)});
         forward();
       },
       [self, state, forward](caf::io::new_data_msg& msg) mutable {
@@ -115,8 +121,17 @@ void install(basp_broker& broker, std::shared_ptr<GuardState> state) {
         }
         forward();
       },
-      [state, forward](caf::io::connection_closed_msg& msg) mutable {
-        state->opened.erase(msg.handle);
+      [self, state, forward](caf::io::connection_closed_msg& msg) mutable {
+        auto known = state->open.find(msg.handle);
+        auto context = self->ctx.find(msg.handle);
+        const bool handshaken = context != self->ctx.end() && context->second.id != caf::none;
+        if (known != state->open.end() && !handshaken)
+          log(LogLevel::Warning,
+              "the connection of {} ended before its handshake (no certificate of this "
+              "cluster, or not a caflm node)",
+              known->second.peer);
+        if (known != state->open.end())
+          state->open.erase(known);
         forward();
       },
   };
@@ -124,26 +139,34 @@ void install(basp_broker& broker, std::shared_ptr<GuardState> state) {
 }
 
 /// Drops connections that never finished their handshake, and peers that
-/// went silent.
+/// went silent; logs those the broker closed on its own (a malformed
+/// message, a protocol mismatch: a peer that closes sends no message).
 void sweep(basp_broker& broker, GuardState& state) {
   const Clock::time_point now = Clock::now();
   const auto broker_now = broker.clock().now();
-  std::unordered_map<connection_handle, Clock::time_point> still_open;
+  std::unordered_map<connection_handle, GuardState::Connection> still_open;
   for (connection_handle hdl : broker.connections()) {
-    auto [it, added] = state.opened.emplace(hdl, now);
-    still_open.emplace(hdl, it->second);
+    auto known = state.open.find(hdl);
+    GuardState::Connection connection = known != state.open.end()
+                                            ? std::move(known->second)
+                                            : GuardState::Connection{now, peer_of(broker, hdl)};
+    if (known != state.open.end())
+      state.open.erase(known);
     auto context = broker.ctx.find(hdl);
     const bool handshaken = context != broker.ctx.end() && context->second.id != caf::none;
-    if (!handshaken && now - it->second > state.limits.handshake_timeout) {
+    if (!handshaken && now - connection.opened > state.limits.handshake_timeout)
       drop(broker, state, hdl, "no handshake within the timeout", caf::sec::connection_timeout);
-      still_open.erase(hdl);
-    } else if (handshaken && broker_now - context->second.last_seen > state.limits.idle_timeout) {
+    else if (handshaken && broker_now - context->second.last_seen > state.limits.idle_timeout)
       drop(broker, state, hdl, "silent for longer than the idle timeout",
            caf::sec::connection_timeout);
-      still_open.erase(hdl);
-    }
+    else
+      still_open.emplace(hdl, std::move(connection));
   }
-  state.opened = std::move(still_open);
+  for (const auto& [hdl, connection] : state.open)
+    log(LogLevel::Warning,
+        "the middleman closed the connection of {} (a malformed message or a protocol mismatch)",
+        connection.peer);
+  state.open = std::move(still_open);
 }
 
 using guard_actor = caf::typed_actor<caf::reacts_to<poll_atom>>;
