@@ -21,6 +21,11 @@ using Bio = std::unique_ptr<BIO, OpenSslFree<BIO, BIO_free_all>>;
 using X509Ptr = std::unique_ptr<X509, OpenSslFree<X509, X509_free>>;
 using KeyPtr = std::unique_ptr<EVP_PKEY, OpenSslFree<EVP_PKEY, EVP_PKEY_free>>;
 using StorePtr = std::unique_ptr<X509_STORE, OpenSslFree<X509_STORE, X509_STORE_free>>;
+/// A stack of certificates that owns them.
+struct ChainFree {
+  void operator()(STACK_OF(X509) * chain) const { sk_X509_pop_free(chain, X509_free); }
+};
+using ChainPtr = std::unique_ptr<STACK_OF(X509), ChainFree>;
 using StoreCtxPtr =
     std::unique_ptr<X509_STORE_CTX, OpenSslFree<X509_STORE_CTX, X509_STORE_CTX_free>>;
 
@@ -67,8 +72,20 @@ std::optional<std::string> validate(const TlsOptions& tls) {
   StorePtr store{X509_STORE_new()};
   if (!store || X509_STORE_load_file(store.get(), tls.ca.c_str()) != 1)
     return "cannot load the TLS CA certificate(s) " + tls.ca + ": " + openssl_errors();
+  // Intermediate certificates after the node's own in its file travel with
+  // it in the handshake (CAF loads the file as a chain): they count here too.
+  ChainPtr chain{sk_X509_new_null()};
+  if (!chain)
+    return "cannot verify the TLS certificate: " + openssl_errors();
+  while (X509* intermediate = PEM_read_bio_X509(cert_file.get(), nullptr, nullptr, nullptr)) {
+    if (sk_X509_push(chain.get(), intermediate) == 0) {
+      X509_free(intermediate);
+      return "cannot verify the TLS certificate: " + openssl_errors();
+    }
+  }
+  ERR_clear_error(); // the end of the file
   StoreCtxPtr verify{X509_STORE_CTX_new()};
-  if (!verify || X509_STORE_CTX_init(verify.get(), store.get(), cert.get(), nullptr) != 1)
+  if (!verify || X509_STORE_CTX_init(verify.get(), store.get(), cert.get(), chain.get()) != 1)
     return "cannot verify the TLS certificate: " + openssl_errors();
   if (X509_verify_cert(verify.get()) != 1) {
     const int error = X509_STORE_CTX_get_error(verify.get());
