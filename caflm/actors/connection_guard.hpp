@@ -26,7 +26,7 @@ struct ConnectionLimits {
   /// included).
   std::chrono::milliseconds handshake_timeout{10000};
   /// How long a connected peer may stay silent. caflm's own peers probe
-  /// each other every second or so (RemoteEngineOptions::ping_interval).
+  /// each other four times a second (RemoteEngineOptions::ping_interval).
   std::chrono::milliseconds idle_timeout{120000};
 };
 
