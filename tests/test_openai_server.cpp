@@ -354,6 +354,8 @@ TEST_CASE("a client that leaves mid-stream cancels its request at once", "[opena
   CHECK(f.metric_becomes(
       "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}", 1.0));
   CHECK(f.metric("vllm:generation_tokens_total{model_name=\"tiny\"}") < 16000.0);
+  // Its stream is no longer counted open.
+  CHECK(f.metric_becomes("caflm_http_streams_open{model_name=\"tiny\"}", 0.0));
 }
 
 TEST_CASE("when every engine's queue is full, a request gets 429 with Retry-After",

@@ -163,7 +163,17 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void on_client_gone() {
     std::lock_guard<std::mutex> guard(mutex_);
     client_gone_ = true;
+    // Its stream ended with it, whatever the choices still do.
+    count_stream_closed();
     cancel_all();
+  }
+
+  /// Counts the event stream as closed, once (mutex held).
+  void count_stream_closed() {
+    if (!streaming_ || stream_counted_closed_)
+      return;
+    stream_counted_closed_ = true;
+    shared_->metrics->stream_closed();
   }
 
   /// Cancels every choice still running (mutex held).
@@ -263,7 +273,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
         // The status is sent; the client learns of the failure in-band.
         writer_->write(sse_event(error_body(error)));
         writer_->finish();
-        shared_->metrics->stream_closed();
+        count_stream_closed();
       } else {
         shared_->metrics->request_rejected(rejection_reason(error));
         send_error(*writer_, error, shared_->options.retry_after);
@@ -331,7 +341,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
             usage)));
       writer_->write(sse_done());
       writer_->finish();
-      shared_->metrics->stream_closed();
+      count_stream_closed();
       return;
     }
     std::vector<ChoiceResult> results;
@@ -357,6 +367,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   bool streaming_ = false;
   bool failed_ = false;
   bool client_gone_ = false;
+  bool stream_counted_closed_ = false;
   bool answered_ = false;
 };
 
