@@ -96,6 +96,20 @@ tokens() { grep -o '"tokens":\[[0-9,]*\]' "$1"; }
   fail "remote tokens $(tokens remote.json) differ from local $(tokens local.json)"
 baseline=$(rss_kib "$worker")
 
+# --- serve reaches the worker through TLS too, and stays connected through
+# everything below: rogue peers failing their handshakes and silent
+# connections timing out never cost a member its link.
+# shellcheck disable=SC2046
+"$caflm" serve --model model.gguf --replicas 0 --worker "127.0.0.1:$port" --port 0 $(tls 3) \
+  >serve.out 2>serve.err &
+server=$!
+wait_for_line serve.out "listening on" "$server"
+url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' serve.out)
+curl -sf "$url/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt":"The quick brown fox","max_tokens":4,"temperature":0}' >completion.json ||
+  fail "serve could not complete through the TLS worker: $(cat serve.err)"
+grep -q '"completion_tokens":4' completion.json || fail "$(cat completion.json)"
+
 # A caflm client without TLS fails its handshake.
 must_fail "$caflm" generate --worker "127.0.0.1:$port" --connect-timeout 3 "${request[@]}"
 grep -q "no worker could be reached" must_fail.out || fail "$(cat must_fail.out)"
@@ -120,10 +134,12 @@ basp_header() { # OPERATION PAYLOAD_HEX8: 32 bytes, big-endian
 head -c 4096 /dev/urandom | timeout 5 bash -c "cat >/dev/tcp/127.0.0.1/$port" || true
 sleep 1
 (($(rss_kib "$worker") < baseline + 262144)) || fail "plain TCP grew the worker's memory"
-# Each refused peer is in the worker's log: the caflm client without TLS, the
-# two openssl clients and the two plain TCP connections.
+# The refused peers are in the worker's log: the caflm client without TLS
+# and the two openssl clients. (Bytes that are not TLS, already there when
+# the connection is accepted, fail CAF's TLS accept before its middleman
+# sees a connection: those leave no line.)
 refused=$(grep -c "ended before its handshake" worker.err || true)
-((refused >= 5)) || fail "only $refused refused peers logged"
+((refused >= 3)) || fail "only $refused refused peers logged"
 
 # A member of the cluster is bounded too.
 member_sends() { # BYTES...: written through a TLS session with node-3's certificate
@@ -137,7 +153,7 @@ grep -q "a frame of unknown type 127" worker.err || fail "unknown frame type not
 (($(rss_kib "$worker") < baseline + 262144)) || fail "a member grew the worker's memory"
 
 # Silent connections: those past the per-peer limit (64) are closed at once,
-# the rest once the handshake timeout (10 s) passes.
+# the rest (63 beside serve's link) once the handshake timeout (10 s) passes.
 silent=()
 for _ in $(seq 80); do
   exec {fd}<>"/dev/tcp/127.0.0.1/$port"
@@ -147,10 +163,10 @@ sleep 1
 refused=$(grep -c "the most accepted from one peer" worker.err || true)
 ((refused >= 16)) || fail "only $refused connections refused past the per-peer limit"
 for _ in $(seq 200); do
-  (($(grep -c "no handshake within the timeout" worker.err || true) >= 64)) && break
+  (($(grep -c "no handshake within the timeout" worker.err || true) >= 63)) && break
   sleep 0.1
 done
-(($(grep -c "no handshake within the timeout" worker.err || true) >= 64)) ||
+(($(grep -c "no handshake within the timeout" worker.err || true) >= 63)) ||
   fail "silent connections were not closed"
 for fd in "${silent[@]}"; do exec {fd}>&-; done
 
@@ -160,15 +176,10 @@ for fd in "${silent[@]}"; do exec {fd}>&-; done
   fail "not served after the attacks"
 [[ $(tokens again.json) == "$(tokens local.json)" ]] || fail "tokens changed after the attacks"
 
-# --- serve reaches the worker through TLS too.
-# shellcheck disable=SC2046
-"$caflm" serve --model model.gguf --replicas 0 --worker "127.0.0.1:$port" --port 0 $(tls 3) \
-  >serve.out 2>serve.err &
-server=$!
-wait_for_line serve.out "listening on" "$server"
-url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' serve.out)
+! grep -q "lost the remote engine" serve.err || fail "serve lost its worker: $(cat serve.err)"
 curl -sf "$url/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt":"The quick brown fox","max_tokens":4,"temperature":0}' >completion.json ||
-  fail "serve could not complete through the TLS worker: $(cat serve.err)"
-grep -q '"completion_tokens":4' completion.json || fail "$(cat completion.json)"
+  -d '{"prompt":"The quick brown fox","max_tokens":4,"temperature":0}' >completion2.json ||
+  fail "serve could not complete after the timeouts: $(cat serve.err)"
+answer() { grep -o '"text":"[^"]*"' "$1"; }
+[[ $(answer completion.json) == "$(answer completion2.json)" ]] || fail "serve's answer changed"
 echo "tls_cluster: all checks passed"

@@ -51,6 +51,16 @@ void drop(basp_broker& broker, GuardState& state, connection_handle hdl, const s
   state.open.erase(hdl);
 }
 
+/// Whether `hdl` finished CAF's handshake: the client side records the
+/// peer's node in the connection's context, the server side only in the
+/// routing table.
+bool handshaken(basp_broker& broker, connection_handle hdl) {
+  auto context = broker.ctx.find(hdl);
+  if (context != broker.ctx.end() && context->second.id != caf::none)
+    return true;
+  return broker.instance.tbl().lookup_direct(hdl) != caf::none;
+}
+
 /// Big-endian, as CAF's binary serializer writes integers.
 std::uint32_t read_u32(const char* p) {
   const auto* b = reinterpret_cast<const unsigned char*>(p);
@@ -99,14 +109,19 @@ void install(basp_broker& broker, std::shared_ptr<GuardState> state) {
   };
   caf::message_handler guarded{
       [self, state, forward](caf::io::new_connection_msg& msg) mutable {
-        const std::string refusal = check_new_connection(*self, msg.handle, state->limits);
-        if (!refusal.empty()) {
-          drop(*self, *state, msg.handle, refusal, caf::sec::cannot_connect_to_node);
-          return;
-        }
-        state->open.emplace(msg.handle,
-                            GuardState::Connection{Clock::now(), peer_of(*self, msg.handle)});
+        const connection_handle hdl = msg.handle;
+        std::string refusal = check_new_connection(*self, hdl, state->limits);
+        state->open.emplace(hdl, GuardState::Connection{Clock::now(), peer_of(*self, hdl)});
         forward();
+        if (refusal.empty())
+          return;
+        // Closed once the broker set the connection up: closing a
+        // connection it never started reading disturbs its other ones.
+        self->home_system().middleman().run_later([self, state, hdl, refusal] {
+          const auto open = self->connections();
+          if (std::find(open.begin(), open.end(), hdl) != open.end())
+            drop(*self, *state, hdl, refusal, caf::sec::cannot_connect_to_node);
+        });
       },
       [self, state, forward](caf::io::new_data_msg& msg) mutable {
         auto context = self->ctx.find(msg.handle);
@@ -123,9 +138,7 @@ void install(basp_broker& broker, std::shared_ptr<GuardState> state) {
       },
       [self, state, forward](caf::io::connection_closed_msg& msg) mutable {
         auto known = state->open.find(msg.handle);
-        auto context = self->ctx.find(msg.handle);
-        const bool handshaken = context != self->ctx.end() && context->second.id != caf::none;
-        if (known != state->open.end() && !handshaken)
+        if (known != state->open.end() && !handshaken(*self, msg.handle))
           log(LogLevel::Warning,
               "the connection of {} ended before its handshake (no certificate of this "
               "cluster, or not a caflm node)",
@@ -153,10 +166,11 @@ void sweep(basp_broker& broker, GuardState& state) {
     if (known != state.open.end())
       state.open.erase(known);
     auto context = broker.ctx.find(hdl);
-    const bool handshaken = context != broker.ctx.end() && context->second.id != caf::none;
-    if (!handshaken && now - connection.opened > state.limits.handshake_timeout)
+    const bool done = handshaken(broker, hdl);
+    if (!done && now - connection.opened > state.limits.handshake_timeout)
       drop(broker, state, hdl, "no handshake within the timeout", caf::sec::connection_timeout);
-    else if (handshaken && broker_now - context->second.last_seen > state.limits.idle_timeout)
+    else if (done && context != broker.ctx.end() &&
+             broker_now - context->second.last_seen > state.limits.idle_timeout)
       drop(broker, state, hdl, "silent for longer than the idle timeout",
            caf::sec::connection_timeout);
     else

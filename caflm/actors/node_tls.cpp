@@ -1,5 +1,7 @@
 #include "caflm/actors/node_tls.hpp"
 
+#include "caflm/actors/openssl_error_queue.hpp"
+
 #include <stdexcept>
 
 #include <caf/actor_system.hpp>
@@ -15,6 +17,7 @@ void enable_tls(caf::actor_system_config& config, const TlsOptions& tls) {
     throw std::invalid_argument(*problem);
   if (!tls.enabled())
     return;
+  isolate_openssl_errors();
   config.openssl_certificate = tls.certificate;
   config.openssl_key = tls.key;
   config.openssl_cafile = tls.ca;
