@@ -7,6 +7,12 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <limits>
+
 #include "caflm/messages/interfaces.hpp"
 #include "caflm/messages/type_registry.hpp"
 
@@ -136,6 +142,41 @@ TEST_CASE_METHOD(Fixture, "TokenBatch with chunks round-trips") {
     CHECK(y.finish == FinishReason::Length);
     CHECK(y.usage.cached_prompt_tokens == 1);
     CHECK(x.chunks[1].finish == FinishReason::None);
+  }
+}
+
+std::uint32_t bits_of(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+// CAF 0.17 writes floats through a loop that never ends for an infinity; a
+// -inf logprob (a banned token among the top ones) must still travel.
+TEST_CASE_METHOD(Fixture, "infinities and NaN in messages travel bit for bit") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  TokenChunk c;
+  c.tokens = {1, 2, 3, 4};
+  c.logprobs = {-inf, inf, nan, -tiny};
+  c.top_logprobs = {{{9, -inf}}, {}, {}, {}};
+  c.queue_seconds = std::numeric_limits<double>::infinity();
+  TokenBatch batch{{c}};
+  auto trip = std::async(std::launch::async, [&] { return round_trip(batch); });
+  if (trip.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    FAIL_CHECK("saving a message with an infinity does not return");
+    std::_Exit(1); // the serializing thread cannot be stopped
+  }
+  const auto [direct, wrapped] = trip.get();
+  for (const TokenBatch& x : {direct, wrapped}) {
+    REQUIRE(x.chunks.size() == 1);
+    const TokenChunk& y = x.chunks[0];
+    REQUIRE(y.logprobs.size() == 4);
+    for (std::size_t i = 0; i < 4; ++i)
+      CHECK(bits_of(y.logprobs[i]) == bits_of(c.logprobs[i]));
+    CHECK(bits_of(y.top_logprobs[0][0].logprob) == bits_of(-inf));
+    CHECK(y.queue_seconds == c.queue_seconds);
   }
 }
 

@@ -4,8 +4,10 @@
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "caflm/engine/inference_engine.hpp"
@@ -147,6 +149,75 @@ struct Admission {
 
 // -- serialization (CAF 0.17 inspect) ----------------------------------------
 
+// Floating-point fields travel as their IEEE-754 bit patterns. CAF 0.17 writes
+// float and double through detail::pack754, whose normalising loop never ends
+// for an infinity (it halves it forever): an actor saving a -inf logprob, or
+// a value a peer sent that loads as infinity, would hang. The bit pattern is
+// exact for every value, NaN and subnormals included. Printing (CAF's
+// stringification, whose result is void) still shows the number.
+
+/// A float or double field, inspected as its bit pattern.
+template <class Float>
+struct FloatBits {
+  Float& value;
+};
+
+/// A vector of float or double, inspected as a vector of bit patterns.
+template <class Float>
+struct FloatVectorBits {
+  std::vector<Float>& values;
+};
+
+template <class Float>
+FloatBits<Float> float_bits(Float& value) {
+  return {value};
+}
+
+template <class Float>
+FloatVectorBits<Float> float_bits(std::vector<Float>& values) {
+  return {values};
+}
+
+/// The unsigned integer of a float's size.
+template <class Float>
+using FloatBitsOf = std::conditional_t<sizeof(Float) == 4, std::uint32_t, std::uint64_t>;
+
+template <class Inspector, class Float>
+typename Inspector::result_type inspect(Inspector& f, FloatBits<Float>& x) {
+  if constexpr (std::is_void_v<typename Inspector::result_type>) {
+    return f(x.value);
+  } else {
+    static_assert(sizeof(FloatBitsOf<Float>) == sizeof(Float));
+    FloatBitsOf<Float> bits;
+    std::memcpy(&bits, &x.value, sizeof bits);
+    auto restore = caf::meta::load_callback([&x, &bits]() -> caf::error {
+      std::memcpy(&x.value, &bits, sizeof bits);
+      return caf::none;
+    });
+    return f(bits, restore);
+  }
+}
+
+template <class Inspector, class Float>
+typename Inspector::result_type inspect(Inspector& f, FloatVectorBits<Float>& x) {
+  if constexpr (std::is_void_v<typename Inspector::result_type>) {
+    return f(x.values);
+  } else {
+    std::vector<FloatBitsOf<Float>> bits(x.values.size());
+    if (!bits.empty()) {
+      std::memcpy(bits.data(), x.values.data(), bits.size() * sizeof(Float));
+    }
+    auto restore = caf::meta::load_callback([&x, &bits]() -> caf::error {
+      x.values.resize(bits.size());
+      if (!bits.empty()) {
+        std::memcpy(x.values.data(), bits.data(), bits.size() * sizeof(Float));
+      }
+      return caf::none;
+    });
+    return f(bits, restore);
+  }
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
   // CAF 0.17 cannot serialize std::optional: the seed travels as a flag and
@@ -157,14 +228,15 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
     x.seed = seeded ? std::optional<std::uint64_t>(seed) : std::nullopt;
     return caf::none;
   });
-  return f(caf::meta::type_name("caflm::SamplingParams"), x.max_tokens, x.temperature, x.top_k,
-           x.top_p, x.min_p, x.repetition_penalty, x.presence_penalty, x.frequency_penalty,
-           x.penalty_last_n, seeded, seed, x.stop, x.ignore_eos, x.top_logprobs, restore_seed);
+  return f(caf::meta::type_name("caflm::SamplingParams"), x.max_tokens, float_bits(x.temperature),
+           x.top_k, float_bits(x.top_p), float_bits(x.min_p), float_bits(x.repetition_penalty),
+           float_bits(x.presence_penalty), float_bits(x.frequency_penalty), x.penalty_last_n,
+           seeded, seed, x.stop, x.ignore_eos, x.top_logprobs, restore_seed);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
-  return f(caf::meta::type_name("caflm::TokenLogprob"), x.token, x.logprob);
+  return f(caf::meta::type_name("caflm::TokenLogprob"), x.token, float_bits(x.logprob));
 }
 
 template <class Inspector>
@@ -188,8 +260,8 @@ typename Inspector::result_type inspect(Inspector& f, Usage& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenChunk& x) {
   return f(caf::meta::type_name("caflm::TokenChunk"), x.request_id, x.attempt, x.first_token,
-           x.prompt_tokens, x.tokens, x.text, x.logprobs, x.top_logprobs, x.finish, x.usage,
-           x.queue_seconds);
+           x.prompt_tokens, x.tokens, x.text, float_bits(x.logprobs), x.top_logprobs, x.finish,
+           x.usage, float_bits(x.queue_seconds));
 }
 
 template <class Inspector>
@@ -205,8 +277,9 @@ typename Inspector::result_type inspect(Inspector& f, Admission& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
   return f(caf::meta::type_name("caflm::LoadReport"), x.running, x.waiting, x.free_blocks,
-           x.total_blocks, x.prefix_hit_rate, x.score, x.preemptions, x.prompt_tokens,
-           x.generated_tokens, x.prefix_queried_tokens, x.prefix_hit_tokens, x.computed_tokens);
+           x.total_blocks, float_bits(x.prefix_hit_rate), float_bits(x.score), x.preemptions,
+           x.prompt_tokens, x.generated_tokens, x.prefix_queried_tokens, x.prefix_hit_tokens,
+           x.computed_tokens);
 }
 
 } // namespace caflm
