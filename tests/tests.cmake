@@ -90,3 +90,9 @@ add_test(NAME test_certs
 add_test(NAME test_tls_cluster
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tls_cluster.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/tls_cluster)
+# Two minutes of scripts/soak.sh: load on a TLS cluster while workers are
+# killed and stopped; every answer must match a fault-free run's.
+add_test(NAME test_soak_short
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/soak_short.sh $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/soak_short)
+set_tests_properties(test_soak_short PROPERTIES TIMEOUT 900)
