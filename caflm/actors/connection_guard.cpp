@@ -109,19 +109,14 @@ void install(basp_broker& broker, std::shared_ptr<GuardState> state) {
   };
   caf::message_handler guarded{
       [self, state, forward](caf::io::new_connection_msg& msg) mutable {
-        const connection_handle hdl = msg.handle;
-        std::string refusal = check_new_connection(*self, hdl, state->limits);
-        state->open.emplace(hdl, GuardState::Connection{Clock::now(), peer_of(*self, hdl)});
-        forward();
-        if (refusal.empty())
+        const std::string refusal = check_new_connection(*self, msg.handle, state->limits);
+        if (!refusal.empty()) {
+          drop(*self, *state, msg.handle, refusal, caf::sec::cannot_connect_to_node);
           return;
-        // Closed once the broker set the connection up: closing a
-        // connection it never started reading disturbs its other ones.
-        self->home_system().middleman().run_later([self, state, hdl, refusal] {
-          const auto open = self->connections();
-          if (std::find(open.begin(), open.end(), hdl) != open.end())
-            drop(*self, *state, hdl, refusal, caf::sec::cannot_connect_to_node);
-        });
+        }
+        state->open.emplace(msg.handle,
+                            GuardState::Connection{Clock::now(), peer_of(*self, msg.handle)});
+        forward();
       },
       [self, state, forward](caf::io::new_data_msg& msg) mutable {
         auto context = self->ctx.find(msg.handle);
