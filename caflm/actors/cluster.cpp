@@ -184,6 +184,13 @@ Cluster::~Cluster() {
   shutdown();
 }
 
+std::string Cluster::engine_name_of(std::uint64_t actor_id) const {
+  for (std::size_t i = 0; i < engines_.size(); ++i)
+    if (engines_[i] && engines_[i].id() == actor_id)
+      return engine_names_[i];
+  return {};
+}
+
 request_actor Cluster::submit(GenerateRequest request, token_sink sink) {
   return spawn_request(system_, coordinator_, std::move(request), std::move(sink),
                        options_.request);

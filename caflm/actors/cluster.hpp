@@ -106,6 +106,13 @@ class Cluster {
   /// A stable name for each of `engines()`: "local-N" for local replicas,
   /// "HOST:PORT" for remote workers.
   const std::vector<std::string>& engine_names() const { return engine_names_; }
+  /// Whether `engines()[index]` is the proxy of a remote worker.
+  bool is_remote_engine(std::size_t index) const {
+    return index >= engines_.size() - remotes_.size();
+  }
+  /// The name of the engine whose actor id is `actor_id` (as request actors
+  /// stamp their chunks, TokenChunk::engine_actor_id), or "" for none.
+  std::string engine_name_of(std::uint64_t actor_id) const;
 
   /// Streams `request` to `sink`; send the returned actor `cancel_atom` to
   /// cancel it.

@@ -265,6 +265,7 @@ void on_batch(request_pointer self, TokenBatch& batch) {
       chunk.prompt_tokens.clear();
     }
     st.generated.insert(st.generated.end(), chunk.tokens.begin(), chunk.tokens.end());
+    chunk.engine_actor_id = st.engine.id();
     const bool last = chunk.finish != FinishReason::None;
     // The usual batch holds this request's chunk alone: it goes on as it
     // came, without a new vector.

@@ -121,6 +121,10 @@ struct TokenChunk {
   /// On a request's first chunk from an engine: seconds it waited there
   /// before its first step; negative on the others.
   float queue_seconds = -1.0f;
+  /// Set by the request actor on the chunks it forwards to its user: the id
+  /// of the engine actor, in the request actor's process, that produced
+  /// them (the local proxy for a remote worker); 0 before that.
+  std::uint64_t engine_actor_id = 0;
 };
 
 /// Every chunk one step produced for one destination: a request's sink, or
@@ -261,7 +265,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenChunk& x) {
   return f(caf::meta::type_name("caflm::TokenChunk"), x.request_id, x.attempt, x.first_token,
            x.prompt_tokens, x.tokens, x.text, float_bits(x.logprobs), x.top_logprobs, x.finish,
-           x.usage, float_bits(x.queue_seconds));
+           x.usage, float_bits(x.queue_seconds), x.engine_actor_id);
 }
 
 template <class Inspector>
