@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <omp.h>
@@ -12,6 +13,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
+#include "apps/progress_line.hpp"
 #include "caflm/cpu/memory_bandwidth.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/engine_factory.hpp"
@@ -264,6 +266,8 @@ void run_bench(const BenchOptions& options) {
         " tokens; the model's holds " + std::to_string(model->config().context_length));
   // Warm-up, as llama.cpp's batched-bench does: the first pass pages the
   // mapped weights in, which no measured size should pay for.
+  ProgressLine progress;
+  progress.show("bench: warming up");
   BenchOptions warm_up = resolved;
   warm_up.prompt_tokens = std::min<std::uint32_t>(options.prompt_tokens, 16);
   warm_up.gen_tokens = 2;
@@ -273,7 +277,9 @@ void run_bench(const BenchOptions& options) {
   const std::uint64_t resident_after_load = resident_bytes();
   // The machine's read bandwidth, on the threads the CPU runner uses: what
   // a memory-bound decode could reach.
+  progress.show("bench: measuring the read bandwidth", /*force=*/true);
   const double bandwidth = resolved.device == Device::Cpu ? measure_read_bandwidth() : 0.0;
+  progress.clear();
   nlohmann::json report;
   report["model"] = options.model;
   report["device"] = to_string(resolved.device);
@@ -294,8 +300,14 @@ void run_bench(const BenchOptions& options) {
                 "prefill GF/s", "decode GB/s", "of peak", "KV cache", "resident");
   }
   nlohmann::json results = nlohmann::json::array();
-  for (std::uint32_t b : options.concurrency) {
+  for (std::size_t size = 0; size < options.concurrency.size(); ++size) {
+    const std::uint32_t b = options.concurrency[size];
+    progress.show(fmt::format("bench: {} sequence(s) of {} + {} tokens ({} of {})", b,
+                              options.prompt_tokens, options.gen_tokens, size + 1,
+                              options.concurrency.size()),
+                  /*force=*/true);
     BenchResult r = run_one(model, tokenizer, resolved, b);
+    progress.clear();
     const double gflops =
         prefill_flops_per_second(cost, options.prompt_tokens, r.prefill_tok_s) / 1e9;
     const double read = decode_bytes_per_second(cost, options, b, r.decode_tok_s);
@@ -320,7 +332,10 @@ void run_bench(const BenchOptions& options) {
   if (options.kv_waste && resolved.device == Device::Cpu) {
     const std::uint32_t sequences =
         *std::max_element(options.concurrency.begin(), options.concurrency.end());
+    progress.show(fmt::format("bench: KV cache waste of {} mixed sequences", sequences),
+                  /*force=*/true);
     report["kv_waste"] = measure_kv_waste(model, tokenizer, options, sequences);
+    progress.clear();
     if (!options.json)
       std::printf("# KV cache waste, %u mixed sequences: %.2f%% of allocated slots unused\n",
                   sequences, 100.0 * report["kv_waste"]["waste_fraction"].get<double>());

@@ -19,6 +19,7 @@
 #include "apps/actor_runtime.hpp"
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
+#include "apps/progress_line.hpp"
 #include "apps/request_file.hpp"
 #include "caflm/actors/cluster.hpp"
 
@@ -103,6 +104,18 @@ class Completions {
   std::deque<std::pair<std::size_t, GenerationResult>> done_;
 };
 
+/// The requests in `path` (its non-blank lines), for the progress line's
+/// total; 0 when it cannot tell ahead (standard input, a pipe).
+std::size_t count_request_lines(const std::string& path) {
+  if (path == "-" || !std::filesystem::is_regular_file(path))
+    return 0;
+  std::ifstream file(path);
+  std::size_t count = 0;
+  for (std::string line; std::getline(file, line);)
+    count += line.find_first_not_of(" \t\r") != std::string::npos ? 1 : 0;
+  return count;
+}
+
 /// Streams the request file: at most `max_in_flight` requests at once (the
 /// rest are not even read yet), each answer printed as it completes, in
 /// completion order. Backpressure from the engines only makes requests
@@ -124,12 +137,32 @@ void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
   std::vector<nlohmann::json> ids; // by submission index
   std::size_t in_flight = 0;
   std::size_t failures = 0;
+  ProgressLine progress;
+  const std::size_t total = progress.enabled() ? count_request_lines(options.requests_file) : 0;
+  const auto started = std::chrono::steady_clock::now();
+  std::uint64_t tokens = 0;
+  auto show_progress = [&](bool force) {
+    const std::size_t done = ids.size() - in_flight;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    progress.show(fmt::format("requests {}/{} done, {} failed, {:.0f} tok/s", done,
+                              total > 0 ? std::to_string(total) : std::string("?"), failures,
+                              elapsed > 0.0 ? double(tokens) / elapsed : 0.0),
+                  force);
+  };
+  // A result on the same terminal goes on a line of its own.
+  auto print_result = [&](const auto& json) {
+    progress.clear();
+    print_line(json);
+    show_progress(/*force=*/true);
+  };
   auto print_next = [&] {
     auto [index, r] = completions->pop();
     --in_flight;
+    tokens += r.tokens.size();
     if (!r.ok) {
       ++failures;
-      print_line(error_json(ids[index], to_string(r.error.code), r.error.message));
+      print_result(error_json(ids[index], to_string(r.error.code), r.error.message));
       return;
     }
     nlohmann::ordered_json j;
@@ -137,7 +170,7 @@ void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
     j["tokens"] = r.tokens;
     j["text"] = r.text;
     j["finish_reason"] = to_string(r.finish);
-    print_line(j);
+    print_result(j);
   };
   std::string line;
   for (std::size_t number = 1; std::getline(*in, line); ++number) {
@@ -149,8 +182,9 @@ void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
     } catch (const std::invalid_argument& e) {
       // Reported as this request's answer; the others still run.
       ++failures;
+      progress.clear();
       std::fprintf(stderr, "caflm: %s\n", e.what());
-      print_line(error_json(nlohmann::json(number), "bad_request", e.what()));
+      print_result(error_json(nlohmann::json(number), "bad_request", e.what()));
       continue;
     }
     while (in_flight >= options.max_in_flight)
@@ -159,6 +193,7 @@ void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
     ids.push_back(std::move(parsed.id));
     parsed.request.id = index;
     ++in_flight;
+    show_progress(/*force=*/false);
     cluster.generate_async(std::move(parsed.request), [completions, index](GenerationResult&& r) {
       completions->push(index, std::move(r));
     });
@@ -167,6 +202,7 @@ void run_requests_file(Cluster& cluster, const GenerateOptions& options) {
     throw std::runtime_error("reading --requests " + options.requests_file + " failed");
   while (in_flight > 0)
     print_next();
+  progress.clear();
   if (failures > 0)
     throw std::runtime_error(std::to_string(failures) + " request(s) failed");
 }
