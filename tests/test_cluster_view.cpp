@@ -45,6 +45,7 @@ TEST_CASE("an engine goes up, is lost and comes back, each change an event once"
   // Before any poll, nothing is known about the load.
   CHECK(engine(view, 1)["state"] == "lost");
   CHECK(engine(view, 1)["running"].is_null());
+  CHECK(engine(view, 1)["generated_tokens"].is_null());
 
   view.update(101.0, {load(1, 0), load(2, 0)});
   view.update(102.0, {load(1, 50), load(2, 200)});
@@ -58,6 +59,7 @@ TEST_CASE("an engine goes up, is lost and comes back, each change an event once"
   CHECK(remote["kv_blocks_used"] == 20);
   CHECK(remote["kv_blocks_total"] == 100);
   CHECK(remote["tokens_per_second"] == Approx(200.0));
+  CHECK(remote["generated_tokens"] == 200);
   CHECK(remote["prefix_cache_hit_rate"].is_null());
 
   // The remote worker dies: one event, however many polls see it gone.

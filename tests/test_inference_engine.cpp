@@ -342,6 +342,9 @@ TEST_CASE("usage on the last event counts prompt, completion and cached prompt t
   CHECK(totals.prefix_queried_tokens >= totals.prefix_hit_tokens + 36 / block * block);
   CHECK(totals.prefix_queried_tokens % block == 0);
   CHECK(totals.preemptions == 0);
+  // Idle, every block in use is one only the prefix cache holds.
+  CHECK(totals.cached_blocks > 0);
+  CHECK(totals.cached_blocks == totals.total_blocks - totals.free_blocks);
 }
 
 TEST_CASE("add refuses bad requests and keeps serving") {

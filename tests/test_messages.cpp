@@ -195,12 +195,13 @@ TEST_CASE_METHOD(Fixture, "InferenceError, Admission and LoadReport round-trip")
     CHECK_FALSE(x.accepted);
     CHECK(x.error.code == InferenceErrorCode::backpressure);
   }
-  LoadReport l{3, 4, 100, 200, 0.5, 19.0, 7, 1000, 500, 640, 320, 4321};
+  LoadReport l{3, 4, 100, 200, 60, 0.5, 19.0, 7, 1000, 500, 640, 320, 4321};
   for (const auto& x : {round_trip(l).first, round_trip(l).second}) {
     CHECK(x.running == 3);
     CHECK(x.waiting == 4);
     CHECK(x.free_blocks == 100);
     CHECK(x.total_blocks == 200);
+    CHECK(x.cached_blocks == 60);
     CHECK(x.prefix_hit_rate == 0.5);
     CHECK(x.score == 19.0);
     CHECK(x.preemptions == 7);

@@ -504,6 +504,7 @@ TEST_CASE("every serving metric is there, typed and labelled by model", "[metric
       {"caflm_engine_waiting", "gauge"},
       {"caflm_engine_kv_blocks_used", "gauge"},
       {"caflm_engine_kv_blocks_total", "gauge"},
+      {"caflm_engine_kv_blocks_cached", "gauge"},
       {"caflm_requests_rejected_total", "counter"},
       {"caflm_http_streams_open", "gauge"},
   };
@@ -706,6 +707,7 @@ TEST_CASE("cluster state sets the gauges, aggregated over engines that are up", 
   CHECK(parsed.value("caflm_engine_waiting", remote) == 0.0);
   CHECK(parsed.value("caflm_engine_kv_blocks_used", remote) == 4.0);
   CHECK(parsed.value("caflm_engine_kv_blocks_total", remote) == 16.0);
+  CHECK(parsed.value("caflm_engine_kv_blocks_cached", remote) == 0.0);
   CHECK(parsed.value("caflm_engine_load", with(model, "engine", "0")) == 7.0);
   CHECK(parsed.value("caflm_engine_up", with(model, "engine", "10.0.0.3:7000")) == 0.0);
 

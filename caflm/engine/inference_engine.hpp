@@ -132,6 +132,9 @@ struct LoadReport {
   std::uint32_t waiting = 0;
   std::uint32_t free_blocks = 0;
   std::uint32_t total_blocks = 0;
+  /// Blocks in use that only the prefix cache holds: free for the taking
+  /// (evicted on demand), so used minus cached is what requests hold.
+  std::uint32_t cached_blocks = 0;
   double prefix_hit_rate = 0.0;
   /// load_score(running, waiting): lower is better.
   double score = 0.0;

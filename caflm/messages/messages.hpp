@@ -281,9 +281,9 @@ typename Inspector::result_type inspect(Inspector& f, Admission& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoadReport& x) {
   return f(caf::meta::type_name("caflm::LoadReport"), x.running, x.waiting, x.free_blocks,
-           x.total_blocks, float_bits(x.prefix_hit_rate), float_bits(x.score), x.preemptions,
-           x.prompt_tokens, x.generated_tokens, x.prefix_queried_tokens, x.prefix_hit_tokens,
-           x.computed_tokens);
+           x.total_blocks, x.cached_blocks, float_bits(x.prefix_hit_rate), float_bits(x.score),
+           x.preemptions, x.prompt_tokens, x.generated_tokens, x.prefix_queried_tokens,
+           x.prefix_hit_tokens, x.computed_tokens);
 }
 
 } // namespace caflm

@@ -119,8 +119,9 @@ nlohmann::ordered_json ClusterView::engines_json() const {
     item["since"] = engine.since;
     const LoadReport& load = engine.load;
     if (!engine.ever_up) {
-      for (const char* field : {"running", "waiting", "kv_blocks_used", "kv_blocks_total",
-                                "prefix_cache_hit_rate", "tokens_per_second", "preemptions"})
+      for (const char* field :
+           {"running", "waiting", "kv_blocks_used", "kv_blocks_total", "kv_blocks_cached",
+            "prefix_cache_hit_rate", "tokens_per_second", "generated_tokens", "preemptions"})
         item[field] = nullptr;
     } else {
       item["running"] = load.running;
@@ -128,12 +129,14 @@ nlohmann::ordered_json ClusterView::engines_json() const {
       item["kv_blocks_used"] =
           engine.up ? load.total_blocks - std::min(load.free_blocks, load.total_blocks) : 0;
       item["kv_blocks_total"] = load.total_blocks;
+      item["kv_blocks_cached"] = engine.up ? load.cached_blocks : 0;
       if (load.prefix_queried_tokens > 0)
         item["prefix_cache_hit_rate"] =
             double(load.prefix_hit_tokens) / double(load.prefix_queried_tokens);
       else
         item["prefix_cache_hit_rate"] = nullptr;
       item["tokens_per_second"] = engine.tokens_per_second;
+      item["generated_tokens"] = load.generated_tokens;
       item["preemptions"] = load.preemptions;
     }
     list.push_back(std::move(item));

@@ -46,8 +46,9 @@ class ClusterView {
 
   /// Every engine: `{"name", "kind": "local"|"remote", "state": "up"|"lost",
   /// "reconnecting", "since", "running", "waiting", "kv_blocks_used",
-  /// "kv_blocks_total", "prefix_cache_hit_rate", "tokens_per_second",
-  /// "preemptions"}`, the load fields null for an engine never seen. A lost remote engine is
+  /// "kv_blocks_total", "kv_blocks_cached", "prefix_cache_hit_rate",
+  /// "tokens_per_second", "generated_tokens", "preemptions"}`, the load
+  /// fields null for an engine never seen. A lost remote engine is
   /// `reconnecting`: its proxy keeps trying to reach the worker.
   nlohmann::ordered_json engines_json() const;
 

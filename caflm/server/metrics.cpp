@@ -503,6 +503,11 @@ ServingMetrics::ServingMetrics(std::string model_name, std::uint32_t max_model_l
       &r.gauge("caflm_engine_kv_blocks_used", "KV blocks in use on the engine.", by_engine);
   engine_kv_blocks_total_ =
       &r.gauge("caflm_engine_kv_blocks_total", "KV blocks of the engine's pool.", by_engine);
+  engine_kv_blocks_cached_ = &r.gauge("caflm_engine_kv_blocks_cached",
+                                      "KV blocks in use that only the prefix cache holds "
+                                      "(evicted on demand); used minus cached is what requests "
+                                      "hold.",
+                                      by_engine);
 }
 
 void ServingMetrics::request_started() {
@@ -570,7 +575,7 @@ void ServingMetrics::set_cluster_state(const ClusterState& state) {
   // The per-engine series are rebuilt from this state, so that an engine
   // that left the cluster leaves the exposition too.
   for (auto* family : {engine_up_, engine_load_, engine_running_, engine_waiting_,
-                       engine_kv_blocks_used_, engine_kv_blocks_total_})
+                       engine_kv_blocks_used_, engine_kv_blocks_total_, engine_kv_blocks_cached_})
     family->clear();
   for (const auto& engine : state.engines) {
     const std::vector<std::string> labels{model_name_, engine.name};
@@ -583,6 +588,7 @@ void ServingMetrics::set_cluster_state(const ClusterState& state) {
     engine_waiting_->labels(labels).set(engine.waiting);
     engine_kv_blocks_used_->labels(labels).set(used);
     engine_kv_blocks_total_->labels(labels).set(engine.total_blocks);
+    engine_kv_blocks_cached_->labels(labels).set(engine.cached_blocks);
     if (!engine.up)
       continue; // Its figures are stale, and its counters may read zero.
     ++up;

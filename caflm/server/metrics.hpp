@@ -272,6 +272,8 @@ struct EngineState {
   std::uint32_t waiting = 0;
   std::uint32_t free_blocks = 0;
   std::uint32_t total_blocks = 0;
+  /// Blocks only the prefix cache holds (LoadReport::cached_blocks).
+  std::uint32_t cached_blocks = 0;
   /// The routing load score (caflm::load_score): lower is better.
   double load = 0.0;
   /// Which run of the engine this is (e.g. a random number drawn when it
@@ -407,6 +409,7 @@ class ServingMetrics {
   GaugeFamily* engine_waiting_;
   GaugeFamily* engine_kv_blocks_used_;
   GaugeFamily* engine_kv_blocks_total_;
+  GaugeFamily* engine_kv_blocks_cached_;
 
   /// Serializes set_cluster_state with itself and with render(), so that a
   /// scrape never sees the per-engine gauges half replaced.

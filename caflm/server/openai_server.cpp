@@ -576,6 +576,7 @@ OpenAiServer::OpenAiServer(caf::actor_system& system, Cluster& cluster,
               engine.waiting = load.waiting;
               engine.free_blocks = load.free_blocks;
               engine.total_blocks = load.total_blocks;
+              engine.cached_blocks = load.cached_blocks;
               engine.load = load.score;
               engine.preemptions = load.preemptions;
               engine.prompt_tokens = load.prompt_tokens;
