@@ -111,6 +111,9 @@ void run_serve(const ServeOptions& options, caf::actor_system& system,
   // Tests and scripts read this line to learn the port.
   std::printf("caflm serve listening on http://%s:%u (model \"%s\")\n", options.host.c_str(),
               unsigned{server.port()}, server_options.served_model_name.c_str());
+  std::printf("web console: http://%s:%u/ (chat) and http://%s:%u/cluster (dashboard)\n",
+              options.host.c_str(), unsigned{server.port()}, options.host.c_str(),
+              unsigned{server.port()});
   std::fflush(stdout);
   int signal = 0;
   sigwait(&stop_signals, &signal);

@@ -96,3 +96,11 @@ add_test(NAME test_soak_short
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/soak_short.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/soak_short)
 set_tests_properties(test_soak_short PROPERTIES TIMEOUT 900)
+# The web console's model of the cluster, its figures, and its endpoints.
+caflm_add_test(test_cluster_view caflm_server)
+caflm_add_test(test_recent_activity caflm_server)
+caflm_add_test(test_web_console caflm_server)
+# Progress of `generate --requests` and `bench` on a terminal, never in their output.
+add_test(NAME test_cli_progress
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli_progress.py $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/cli_progress)

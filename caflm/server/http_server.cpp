@@ -146,6 +146,18 @@ std::optional<std::string_view> HttpRequest::header(std::string_view name) const
   return std::nullopt;
 }
 
+bool has_bearer_token(const HttpRequest& request, std::string_view token) {
+  const auto header = request.header("Authorization");
+  constexpr std::string_view scheme = "Bearer ";
+  if (!header || header->size() != scheme.size() + token.size() ||
+      header->substr(0, scheme.size()) != scheme)
+    return false;
+  unsigned char difference = 0;
+  for (std::size_t i = 0; i < token.size(); ++i)
+    difference |= static_cast<unsigned char>((*header)[scheme.size() + i] ^ token[i]);
+  return difference == 0;
+}
+
 // -- server state -------------------------------------------------------------
 
 struct HttpServer::State : std::enable_shared_from_this<State> {

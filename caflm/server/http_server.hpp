@@ -54,6 +54,10 @@ struct HttpRequest {
   std::optional<std::string_view> header(std::string_view name) const;
 };
 
+/// Whether `request` carries "Authorization: Bearer <token>" (RFC 6750),
+/// compared in time independent of where a wrong token differs.
+bool has_bearer_token(const HttpRequest& request, std::string_view token);
+
 /// The answer to one request. The server hands a handler a shared_ptr to one;
 /// the handler may answer at once or keep it and answer later from any thread
 /// (e.g. a CAF actor). Every member is thread-safe.

@@ -10,7 +10,9 @@
 
 #include "caflm/actors/cluster.hpp"
 #include "caflm/engine/log.hpp"
+#include "caflm/server/cluster_monitor.hpp"
 #include "caflm/server/openai_protocol.hpp"
+#include "caflm/server/web_console.hpp"
 #include "caflm/text/chat_prompt.hpp"
 
 namespace caflm::server {
@@ -78,6 +80,10 @@ struct Choice {
   bool done = false;
   bool saw_token = false;
   std::uint32_t attempt = 0;
+  /// The engines that streamed this choice, in order (several when it
+  /// failed over), and the actor id of the last one.
+  std::vector<std::string> engines;
+  std::uint64_t engine_actor_id = 0;
   clock::time_point last_token;
   FinishReason finish = FinishReason::None;
   Usage usage;
@@ -102,7 +108,21 @@ struct OpenAiServer::Shared {
   std::optional<ChatTemplate> chat_template;
   OpenAiServerOptions options;
   std::shared_ptr<ServingMetrics> metrics;
+  /// What the web console shows.
+  std::shared_ptr<RecentActivity> activity = std::make_shared<RecentActivity>();
+  std::shared_ptr<ClusterEventLog> events = std::make_shared<ClusterEventLog>();
+  std::shared_ptr<ClusterView> view;
   std::atomic<std::uint64_t> next_id{1};
+
+  /// Counts a request turned away with `error` where the console and the
+  /// metrics see it.
+  void rejected(const ApiError& error) {
+    metrics->request_rejected(rejection_reason(error));
+    if (error.status == 429) {
+      activity->request_rejected(unix_seconds_now());
+      view->note_rate_limited();
+    }
+  }
 };
 
 namespace {
@@ -150,6 +170,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
       request.params = choice.params;
       request.prefill_group = groups[c];
       shared_->metrics->request_started();
+      shared_->activity->request_started(unix_seconds_now());
       token_sink sink = spawn_collector(
           shared_->system, request.id,
           [self, c](GenerationResult&& result) { self->on_done(c, std::move(result)); },
@@ -223,18 +244,24 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (chunk.attempt > choice.attempt) {
       choice.attempt = chunk.attempt;
       shared_->metrics->failover();
+      shared_->activity->failover();
     }
+    if (chunk.engine_actor_id != 0 && chunk.engine_actor_id != choice.engine_actor_id)
+      on_engine(choice, chunk.engine_actor_id);
     if (!chunk.tokens.empty()) {
+      const double unix_now = unix_seconds_now();
       if (!choice.saw_token) {
         choice.saw_token = true;
-        shared_->metrics->first_token(seconds_between(started_, now), chunk.queue_seconds >= 0.0f
-                                                                          ? chunk.queue_seconds
-                                                                          : std::nan(""));
+        const double ttft = seconds_between(started_, now);
+        shared_->metrics->first_token(ttft, chunk.queue_seconds >= 0.0f ? chunk.queue_seconds
+                                                                        : std::nan(""));
+        shared_->activity->first_token(unix_now, ttft);
         if (chunk.tokens.size() > 1)
           shared_->metrics->tokens(chunk.tokens.size() - 1, 0.0);
       } else {
-        shared_->metrics->tokens(chunk.tokens.size(), seconds_between(choice.last_token, now) /
-                                                          double(chunk.tokens.size()));
+        const double itl = seconds_between(choice.last_token, now) / double(chunk.tokens.size());
+        shared_->metrics->tokens(chunk.tokens.size(), itl);
+        shared_->activity->inter_token(unix_now, itl, chunk.tokens.size());
       }
       choice.last_token = now;
     }
@@ -255,6 +282,26 @@ class Generation : public std::enable_shared_from_this<Generation> {
     choice.text += chunk.text;
   }
 
+  /// The choice streams from another engine now (mutex held): a request
+  /// that moved is on the cluster's timeline.
+  void on_engine(Choice& choice, std::uint64_t engine_actor_id) {
+    choice.engine_actor_id = engine_actor_id;
+    std::string name = shared_->cluster.engine_name_of(engine_actor_id);
+    if (name.empty())
+      name = "engine-" + std::to_string(engine_actor_id);
+    if (!choice.engines.empty() && choice.engines.back() != name) {
+      nlohmann::ordered_json fields;
+      fields["request"] = meta_.id;
+      fields["choice"] = choice.index;
+      fields["from"] = choice.engines.back();
+      fields["to"] = name;
+      shared_->events->publish(
+          unix_seconds_now(), "request_moved",
+          "request " + meta_.id + " moved from " + choice.engines.back() + " to " + name, fields);
+    }
+    choice.engines.push_back(std::move(name));
+  }
+
   void on_done(std::size_t c, GenerationResult&& result) {
     std::lock_guard<std::mutex> guard(mutex_);
     Choice& choice = choices_[c];
@@ -264,6 +311,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
       const bool gone = client_gone_ || result.error.code == InferenceErrorCode::cancelled;
       shared_->metrics->request_finished(gone ? "abort" : "error", choice.prompt.size(),
                                          result.tokens.size(), e2e);
+      shared_->activity->request_finished(gone);
       if (gone || failed_)
         return finish_if_done();
       failed_ = true;
@@ -275,7 +323,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
         writer_->finish();
         count_stream_closed();
       } else {
-        shared_->metrics->request_rejected(rejection_reason(error));
+        shared_->rejected(error);
         send_error(*writer_, error, shared_->options.retry_after);
       }
       return;
@@ -287,18 +335,21 @@ class Generation : public std::enable_shared_from_this<Generation> {
     shared_->metrics->request_finished(
         result.finish == FinishReason::Cancelled ? "abort" : to_string(result.finish),
         result.usage.prompt_tokens, result.usage.completion_tokens, e2e);
+    shared_->activity->request_finished(true);
     if (failed_ || client_gone_)
       return;
     if (stream_) {
       open_stream();
       // Text held back until the end (a stop string's prefix that was not
       // one) arrives with the last chunk, already streamed; close the choice.
-      if (endpoint_ == Endpoint::Chat)
-        writer_->write(sse_event(chat_finish_chunk(meta_, choice.index, result.finish)));
-      else
-        writer_->write(sse_event(
-            completion_chunk(meta_, choice.index, "", nullptr, false,
-                             utf8_length(choice.echo) + utf8_length(choice.text), result.finish)));
+      auto chunk = endpoint_ == Endpoint::Chat
+                       ? chat_finish_chunk(meta_, choice.index, result.finish)
+                       : completion_chunk(meta_, choice.index, "", nullptr, false,
+                                          utf8_length(choice.echo) + utf8_length(choice.text),
+                                          result.finish);
+      // caflm's extension: which engines served the choice.
+      chunk["choices"][0]["engines"] = choice.engines;
+      writer_->write(sse_event(chunk));
     } else {
       choice.text = choice.echo + result.text;
       if (logprobs_) {
@@ -347,10 +398,11 @@ class Generation : public std::enable_shared_from_this<Generation> {
     std::vector<ChoiceResult> results;
     for (const Choice& choice : choices_)
       results.push_back(ChoiceResult{choice.index, choice.text, choice.finish, choice.tokens});
-    const auto body =
-        endpoint_ == Endpoint::Chat
-            ? chat_completion_response(meta_, results, usage, logprobs_)
-            : text_completion_response(meta_, results, usage, logprobs_, top_logprobs_ > 0);
+    auto body = endpoint_ == Endpoint::Chat
+                    ? chat_completion_response(meta_, results, usage, logprobs_)
+                    : text_completion_response(meta_, results, usage, logprobs_, top_logprobs_ > 0);
+    for (std::size_t c = 0; c < choices_.size(); ++c)
+      body["choices"][c]["engines"] = choices_[c].engines;
     writer_->respond(200, "application/json", dump_json(body));
   }
 
@@ -373,11 +425,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
 /// Throws 401 unless the request carries the key (when one is set).
 void check_api_key(const OpenAiServer::Shared& shared, const HttpRequest& request) {
-  if (shared.options.api_key.empty())
-    return;
-  const auto header = request.header("Authorization");
-  const std::string expected = "Bearer " + shared.options.api_key;
-  if (!header || *header != expected)
+  if (!shared.options.api_key.empty() && !has_bearer_token(request, shared.options.api_key))
     throw invalid_api_key();
 }
 
@@ -481,7 +529,7 @@ HttpHandler guarded(std::shared_ptr<OpenAiServer::Shared> shared,
     try {
       endpoint(shared, request, writer);
     } catch (const ApiError& error) {
-      shared->metrics->request_rejected(rejection_reason(error));
+      shared->rejected(error);
       send_error(*writer, error, shared->options.retry_after);
     }
   };
@@ -510,7 +558,12 @@ OpenAiServer::OpenAiServer(caf::actor_system& system, Cluster& cluster,
   , metrics_(std::make_shared<ServingMetrics>(options.served_model_name, options.max_context))
   , http_(options.http) {
   shared_->metrics = metrics_;
+  shared_->view = std::make_shared<ClusterView>(engine_identities(cluster), shared_->events,
+                                                unix_seconds_now());
+  monitor_ = std::make_unique<ClusterMonitor>(system, cluster, shared_->view, shared_->events);
   auto shared = shared_;
+  add_web_console(http_, WebConsoleSources{options.served_model_name, options.api_key,
+                                           shared_->view, shared_->activity, shared_->events});
   http_.route("POST", "/v1/chat/completions", guarded(shared, &handle_chat));
   http_.route("POST", "/v1/completions", guarded(shared, &handle_completion));
   http_.route("GET", "/v1/models",
@@ -612,6 +665,7 @@ OpenAiServer::~OpenAiServer() {
 }
 
 void OpenAiServer::start() {
+  monitor_->start();
   http_.start();
 }
 
@@ -621,6 +675,7 @@ std::uint16_t OpenAiServer::port() const {
 
 void OpenAiServer::stop() {
   http_.stop();
+  monitor_->stop();
 }
 
 } // namespace caflm::server

@@ -1,12 +1,11 @@
 #pragma once
 
 // `caflm serve`'s HTTP API in front of a Cluster: the OpenAI endpoints
-// (/v1/chat/completions, /v1/completions, /v1/models), /health and
-// /metrics. The transport is http_server.hpp, the wire format
-// openai_protocol.hpp, the metrics metrics.hpp; this component binds them to
-// the cluster's request actors: one request actor per choice, its chunks
-// streamed as Server-Sent Events or gathered into one response, and a
-// client that goes away cancels every choice at once.
+// (/v1/chat/completions, /v1/completions, /v1/models), /health,
+// /metrics, and the web console (web_console.hpp). The transport is http_server.hpp, the wire
+// format openai_protocol.hpp, the metrics metrics.hpp; this component binds them to the cluster's
+// request actors: one request actor per choice, its chunks streamed as Server-Sent Events or
+// gathered into one response, and a client that goes away cancels every choice at once.
 
 #include <atomic>
 #include <chrono>
@@ -27,6 +26,8 @@ class Cluster;
 } // namespace caflm
 
 namespace caflm::server {
+
+class ClusterMonitor;
 
 /// What an OpenAiServer serves and how.
 struct OpenAiServerOptions {
@@ -72,6 +73,7 @@ class OpenAiServer {
  private:
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<ServingMetrics> metrics_;
+  std::unique_ptr<ClusterMonitor> monitor_;
   HttpServer http_;
 };
 
