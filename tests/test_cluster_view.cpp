@@ -110,6 +110,20 @@ TEST_CASE("preemptions and a burst of 429s become one event each per poll", "[cl
   CHECK(engine(view, 0)["preemptions"] == 3);
 }
 
+TEST_CASE("an engine registered but not heard from yet is not up", "[cluster_view]") {
+  auto log = std::make_shared<ClusterEventLog>();
+  ClusterView view({{"local-0", false}}, log, 0.0);
+  view.update(1.0, {LoadReport{}}); // what the coordinator holds before the first answer
+  CHECK(engine(view, 0)["state"] == "lost");
+  CHECK(engine(view, 0)["kv_blocks_total"].is_null());
+  CHECK(view.engines_up() == 0);
+  CHECK(log->events_after(0).empty());
+  view.update(2.0, {load(0, 0)});
+  CHECK(engine(view, 0)["state"] == "up");
+  CHECK(engine(view, 0)["kv_blocks_total"] == 100);
+  CHECK(types(*log) == std::vector<std::string>{"engine_up"});
+}
+
 TEST_CASE("a poll must name every engine", "[cluster_view]") {
   ClusterView view({{"local-0", false}}, std::make_shared<ClusterEventLog>(), 0.0);
   CHECK_THROWS_AS(view.update(1.0, {}), std::invalid_argument);

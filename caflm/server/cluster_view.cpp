@@ -36,8 +36,13 @@ void ClusterView::update(double now, const std::vector<std::optional<LoadReport>
     throw std::invalid_argument("ClusterView::update: " + std::to_string(loads.size()) +
                                 " loads for " + std::to_string(engines_.size()) + " engines");
   std::lock_guard<std::mutex> guard{mutex_};
-  for (std::size_t i = 0; i < engines_.size(); ++i)
-    update_engine(engines_[i], now, loads[i]);
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    // The coordinator holds an empty report for an engine it registered
+    // until the engine first answers; every engine has blocks, so such a
+    // report means "not heard from yet", not "up with nothing".
+    const bool heard_from = loads[i] && loads[i]->total_blocks > 0;
+    update_engine(engines_[i], now, heard_from ? loads[i] : std::nullopt);
+  }
   if (const auto refused = rate_limited_.exchange(0, std::memory_order_relaxed)) {
     nlohmann::ordered_json fields;
     fields["count"] = refused;

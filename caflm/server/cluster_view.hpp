@@ -36,7 +36,8 @@ class ClusterView {
               double now);
 
   /// One poll at `now`: for each engine (in the constructor's order) its
-  /// load when the coordinator has it registered, nullopt when not.
+  /// load when the coordinator has it registered, nullopt when not. A load
+  /// with no blocks (registered, no report yet) counts as not up.
   void update(double now, const std::vector<std::optional<LoadReport>>& loads);
 
   /// Counts a request refused with 429; the next update turns those of one
