@@ -134,12 +134,13 @@ basp_header() { # OPERATION PAYLOAD_HEX8: 32 bytes, big-endian
 head -c 4096 /dev/urandom | timeout 5 bash -c "cat >/dev/tcp/127.0.0.1/$port" || true
 sleep 1
 (($(rss_kib "$worker") < baseline + 262144)) || fail "plain TCP grew the worker's memory"
-# The refused peers are in the worker's log: the caflm client without TLS
-# and the two openssl clients. (Bytes that are not TLS, already there when
-# the connection is accepted, fail CAF's TLS accept before its middleman
-# sees a connection: those leave no line.)
+# The refused peers are in the worker's log: the two openssl clients, and
+# the caflm client without TLS when its bytes came after the accept. (Bytes
+# that are not TLS, already there when the connection is accepted, fail
+# CAF's TLS accept before its middleman sees a connection: those leave no
+# line, and under load the caflm client's handshake often is.)
 refused=$(grep -c "ended before its handshake" worker.err || true)
-((refused >= 3)) || fail "only $refused refused peers logged"
+((refused >= 2)) || fail "only $refused refused peers logged"
 
 # A member of the cluster is bounded too.
 member_sends() { # BYTES...: written through a TLS session with node-3's certificate
