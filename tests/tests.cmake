@@ -104,3 +104,14 @@ caflm_add_test(test_web_console caflm_server)
 add_test(NAME test_cli_progress
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli_progress.py $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/cli_progress)
+# The web console in headless chromium (playwright-core, installed by run.sh):
+# chat, stop, a worker killed while the dashboard watches, the API key.
+add_test(NAME test_web_console_browser
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/console/run.sh $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/console)
+set_tests_properties(test_web_console_browser PROPERTIES TIMEOUT 600)
+# The README's browser failover demo, without the pauses for a person.
+add_test(NAME test_failover_in_browser_example
+  COMMAND bash ${PROJECT_SOURCE_DIR}/examples/failover_in_browser.sh --wait 0 --port 0
+          --caflm $<TARGET_FILE:caflm>)
+set_tests_properties(test_failover_in_browser_example PROPERTIES TIMEOUT 300)
