@@ -36,6 +36,7 @@ struct GenerateOptions {
   bool replicas_given = false;
   std::vector<std::string> workers;
   TlsOptions tls;
+  RequestLimits requests;
   std::uint64_t kv_cache_mb = 1024;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
@@ -257,6 +258,7 @@ void run_generate(GenerateOptions& options, caf::actor_system& system) {
   cluster_options.device = options.device;
   cluster_options.gpu_memory = options.gpu_memory;
   cluster_options.max_context = options.max_context;
+  cluster_options.requests = options.requests;
   cluster_options.request.deadline = seconds_option(options.deadline_s);
   Cluster cluster{system, cluster_options};
   if (!options.workers.empty()) {
@@ -306,6 +308,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add_tls_options(*cmd, options->tls);
+  add_request_limit_options(*cmd, options->requests);
   add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local replica, MiB")
       ->check(at_least_one())

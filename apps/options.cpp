@@ -135,6 +135,39 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& p, const std::string& m
   cmd.add_flag("--ignore-eos", p.ignore_eos, "Never stop at end-of-sequence");
 }
 
+void add_request_limit_options(CLI::App& cmd, RequestLimits& limits) {
+  const std::string group = "Request limits (each engine refuses a request beyond them, naming "
+                            "the limit)";
+  cmd.add_option("--max-prompt-bytes", limits.max_prompt_bytes,
+                 "Bytes of a text prompt, before it is tokenized")
+      ->check(at_least_one())
+      ->capture_default_str()
+      ->group(group);
+  cmd.add_option("--max-prompt-tokens", limits.max_prompt_tokens,
+                 "Tokens of a prompt (0: only the context bounds it)")
+      ->capture_default_str()
+      ->group(group);
+  cmd.add_option("--max-tokens-limit", limits.max_tokens,
+                 "The most max_tokens a request may ask for (0: the context)")
+      ->capture_default_str()
+      ->group(group);
+  cmd.add_option("--max-stop-strings", limits.max_stop_strings, "Stop strings of one request")
+      ->capture_default_str()
+      ->group(group);
+  cmd.add_option("--max-stop-bytes", limits.max_stop_bytes, "Bytes of one stop string")
+      ->capture_default_str()
+      ->group(group);
+  cmd.add_option_function<std::uint32_t>(
+         "--request-lifetime",
+         [&limits](const std::uint32_t& seconds) {
+           limits.max_lifetime = std::chrono::seconds(seconds);
+         },
+         "Seconds from a request's arrival at an engine after which the engine ends it (0: "
+         "never)")
+      ->default_str(std::to_string(limits.max_lifetime.count()))
+      ->group(group);
+}
+
 void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory) {
   device = Device::Auto;
   cmd.add_option_function<std::string>(

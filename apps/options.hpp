@@ -60,6 +60,13 @@ void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory);
 /// nodes (see `caflm certs`), written to `tls`, which must outlive the parse.
 void add_tls_options(CLI::App& cmd, TlsOptions& tls);
 
+/// Adds the bounds on what one request may ask of an engine (RequestLimits)
+/// to `cmd`, in their own help group: `--max-prompt-bytes`,
+/// `--max-prompt-tokens`, `--max-tokens-limit`, `--max-stop-strings`,
+/// `--max-stop-bytes` and `--request-lifetime`, written to `limits`, which
+/// must outlive the parse.
+void add_request_limit_options(CLI::App& cmd, RequestLimits& limits);
+
 /// Sets the log level unless `--log-level` chose one.
 void default_log_level(LogLevel level);
 

@@ -35,6 +35,7 @@ struct ServeOptions {
   std::uint32_t max_queue = 64;
   std::uint32_t max_concurrent = 32;
   std::chrono::microseconds token_flush{0};
+  RequestLimits requests;
   std::string chat_template;
   std::uint64_t kv_cache_mb = 1024;
   std::uint32_t max_context = 0;
@@ -68,6 +69,7 @@ void run_serve(const ServeOptions& options, caf::actor_system& system,
   cluster_options.limits.queue_capacity = options.max_queue;
   cluster_options.limits.max_concurrent = options.max_concurrent;
   cluster_options.limits.token_flush_interval = options.token_flush;
+  cluster_options.requests = options.requests;
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
   cluster_options.max_context = options.max_context;
   cluster_options.device = options.device;
@@ -151,6 +153,7 @@ void add_serve_command(CLI::App& app) {
       ->check(at_least_one())
       ->capture_default_str();
   add_token_flush_option(*cmd, options->token_flush);
+  add_request_limit_options(*cmd, options->requests);
   add_chat_template_option(*cmd, options->chat_template);
   add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local CPU engine, MiB")

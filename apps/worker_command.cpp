@@ -31,6 +31,7 @@ struct WorkerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
   EngineLimits limits;
+  RequestLimits requests;
   std::uint64_t kv_cache_mb = 1024;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
@@ -60,7 +61,10 @@ void run_worker(const WorkerOptions& options) {
   default_log_level(LogLevel::Info);
   if (auto problem = validate(options.limits))
     throw std::invalid_argument(*problem);
+  if (auto problem = validate(options.requests))
+    throw std::invalid_argument(*problem);
   EngineOptions sizing;
+  sizing.requests = options.requests;
   sizing.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
   sizing.max_context = options.max_context;
   sizing.device = resolve_device(options.device);
@@ -149,6 +153,7 @@ void add_worker_command(CLI::App& app) {
       ->check(at_least_one())
       ->capture_default_str();
   add_token_flush_option(*cmd, options->limits.token_flush_interval);
+  add_request_limit_options(*cmd, options->requests);
   add_device_options(*cmd, options->device, options->gpu_memory);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache size in MiB (honoured)")
       ->check(at_least_one())

@@ -90,6 +90,10 @@ add_test(NAME test_certs
 add_test(NAME test_tls_cluster
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tls_cluster.sh $<TARGET_FILE:caflm>
           ${CMAKE_CURRENT_BINARY_DIR}/tls_cluster)
+# --max-prompt-bytes and the other request limits of generate, worker and serve.
+add_test(NAME test_request_limit_options
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/request_limit_options.sh $<TARGET_FILE:caflm>
+          ${CMAKE_CURRENT_BINARY_DIR}/request_limit_options)
 # Two minutes of scripts/soak.sh: load on a TLS cluster while workers are
 # killed and stopped; every answer must match a fault-free run's.
 add_test(NAME test_soak_short

@@ -131,6 +131,8 @@ void Cluster::start(std::shared_ptr<const Model> model) {
   }
   if (auto problem = validate(options_.limits))
     throw std::invalid_argument(*problem);
+  if (auto problem = validate(options_.requests))
+    throw std::invalid_argument(*problem);
   std::vector<std::shared_ptr<InferenceEngine>> local;
   if (options_.replicas > 0) {
     if (!model)
@@ -141,6 +143,7 @@ void Cluster::start(std::shared_ptr<const Model> model) {
     engine_options.kv_cache_bytes = options_.kv_cache_bytes;
     engine_options.gpu_memory = options_.gpu_memory;
     engine_options.max_context = options_.max_context;
+    engine_options.requests = options_.requests;
     engine_options = engine_options_for(options_.limits, engine_options);
     if (engine_options.device == Device::Cpu) {
       const EngineConfig config = cpu_engine_config(*model, engine_options);

@@ -16,6 +16,7 @@
 #include "caflm/actors/node_tls.hpp"
 #include "caflm/actors/remote_engine_core_actor.hpp"
 #include "caflm/actors/request_actor.hpp"
+#include "caflm/engine/request_limits.hpp"
 #include "caflm/messages/interfaces.hpp"
 #include "caflm/messages/type_registry.hpp"
 
@@ -37,6 +38,9 @@ struct ClusterOptions {
   /// the model's context; either way at most what the KV cache holds).
   std::size_t kv_cache_bytes = std::size_t{1} << 30;
   std::uint32_t max_context = 0;
+  /// What one request may ask of a local replica (remote workers hold
+  /// requests to their own limits).
+  RequestLimits requests;
   /// Where local replicas run (CUDA replicas take the GPUs in turn), and
   /// the share of each GPU that all its replicas together take.
   Device device = Device::Cpu;
