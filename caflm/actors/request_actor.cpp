@@ -75,11 +75,23 @@ void abandon(request_pointer self, bool cancel) {
   st.admitted = false;
 }
 
+/// Ends the request actor, its monitors first: a monitor outlives the actor
+/// that set it, and one left on a long-lived engine or user sink would keep
+/// this actor's memory for as long as that one lives.
+void end(request_pointer self) {
+  auto& st = self->state;
+  if (st.engine)
+    self->demonitor(st.engine.address());
+  st.engine = engine_core_actor{};
+  self->demonitor(st.user.address());
+  self->quit();
+}
+
 void fail(request_pointer self, InferenceErrorCode code, std::string message) {
   auto& st = self->state;
   abandon(self, true);
   self->send(st.user, InferenceError{st.request.id, st.attempt, code, std::move(message)});
-  self->quit();
+  end(self);
 }
 
 /// Asks for an engine again after the current backoff.
@@ -279,8 +291,7 @@ void on_batch(request_pointer self, TokenBatch& batch) {
       self->send(st.user, std::move(single));
     }
     if (last) {
-      st.engine = engine_core_actor{};
-      self->quit();
+      end(self);
       return;
     }
     if (alone)
@@ -327,7 +338,7 @@ request_internal_actor::behavior_type request_behavior(request_pointer self,
     if (down.source == st.user.address()) {
       // Nobody listens any more.
       abandon(self, true);
-      self->quit();
+      end(self);
     } else if (st.engine && down.source == st.engine.address()) {
       fail_over(self, false, "its engine went down");
     }
