@@ -134,13 +134,13 @@ basp_header() { # OPERATION PAYLOAD_HEX8: 32 bytes, big-endian
 head -c 4096 /dev/urandom | timeout 5 bash -c "cat >/dev/tcp/127.0.0.1/$port" || true
 sleep 1
 (($(rss_kib "$worker") < baseline + 262144)) || fail "plain TCP grew the worker's memory"
-# The refused peers are in the worker's log: the two openssl clients, and
-# the caflm client without TLS when its bytes came after the accept. (Bytes
-# that are not TLS, already there when the connection is accepted, fail
-# CAF's TLS accept before its middleman sees a connection: those leave no
-# line, and under load the caflm client's handshake often is.)
-refused=$(grep -c "ended before its handshake" worker.err || true)
-((refused >= 2)) || fail "only $refused refused peers logged"
+# Each refusal above is checked by its client's failure, not by the
+# worker's log: a peer whose first bytes are already waiting when the
+# worker accepts (plain BASP, a ClientHello with a foreign or no
+# certificate) fails CAF's TLS accept before the middleman sees a
+# connection, and that leaves no line; only a peer that writes after the
+# accept gets "ended before its handshake". Which one happens is timing.
+echo "refused peers with a log line: $(grep -c "ended before its handshake" worker.err || true)"
 
 # A member of the cluster is bounded too.
 member_sends() { # BYTES...: written through a TLS session with node-3's certificate
