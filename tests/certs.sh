@@ -8,23 +8,15 @@
 # Usage: certs.sh CAFLM_BINARY [WORK_DIR]
 set -euo pipefail
 caflm="$1"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 work="${2:-$(mktemp -d)}"
 mkdir -p "$work"
 cd "$work"
 # Only what an earlier run of this script left.
 rm -rf pki defaults other partial zero many baddays badhost both
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-# Runs the quoted command and fails the test when it succeeds.
-must_fail() {
-  if "$@" </dev/null >must_fail.out 2>&1; then
-    cat must_fail.out >&2
-    fail "expected failure: $*"
-  fi
-}
+# shellcheck source=support/script_helpers.sh
+source "$here/support/script_helpers.sh"
 digests() { sha256sum "$1"/* | sort; }
 mode() { stat -c %a "$1"; }
 

@@ -7,36 +7,17 @@
 # Usage: request_limit_options.sh CAFLM_BINARY WORK_DIR
 set -euo pipefail
 caflm="$1"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 work="$2"
 mkdir -p "$work"
 cd "$work"
 rm -f ./*.out ./*.err ./*.json
+# shellcheck source=support/script_helpers.sh
+source "$here/support/script_helpers.sh"
 pids=()
 trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
 
-fail() {
-  echo "FAIL: $*" >&2
-  for log in worker.err serve.err; do
-    [[ -f $log ]] && { echo "--- $log" >&2; cat "$log" >&2; }
-  done
-  exit 1
-}
-must_fail() { # PATTERN COMMAND...: fails, saying PATTERN
-  local pattern=$1
-  shift
-  if "$@" </dev/null >must_fail.out 2>&1; then
-    fail "expected failure: $*: $(cat must_fail.out)"
-  fi
-  grep -q -- "$pattern" must_fail.out || fail "no '$pattern' in: $(cat must_fail.out)"
-}
-wait_for_line() { # FILE PATTERN PID
-  for _ in $(seq 600); do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    kill -0 "$3" 2>/dev/null || fail "process $3 exited: $(cat "$1")"
-    sleep 0.1
-  done
-  fail "no '$2' in $1"
-}
+failure_logs=(worker.err serve.err)
 
 "$caflm" make-test-model --out model.gguf --arch llama --dim 64 --layers 2 --heads 4 \
   --kv-heads 2 --ffn 128 --context 512 --seed 5 >/dev/null
@@ -48,20 +29,20 @@ greedy=(--temperature 0 --device cpu)
   --max-prompt-tokens 64 --max-tokens-limit 4 --json >within.json ||
   fail "a request within the limits was refused"
 grep -q '"finish_reason"' within.json || fail "$(cat within.json)"
-must_fail "tokens; at most 3" "$caflm" generate --model model.gguf --prompt "$long_prompt" \
+must_fail_saying "tokens; at most 3" "$caflm" generate --model model.gguf --prompt "$long_prompt" \
   --max-tokens 4 "${greedy[@]}" --max-prompt-tokens 3
-must_fail "max_tokens is 8; at most 4" "$caflm" generate --model model.gguf --prompt hi \
+must_fail_saying "max_tokens is 8; at most 4" "$caflm" generate --model model.gguf --prompt hi \
   --max-tokens 8 "${greedy[@]}" --max-tokens-limit 4
-must_fail "stop holds 2 strings; at most 1" "$caflm" generate --model model.gguf --prompt hi \
+must_fail_saying "stop holds 2 strings; at most 1" "$caflm" generate --model model.gguf --prompt hi \
   --stop a --stop b "${greedy[@]}" --max-stop-strings 1
-must_fail "at most 3" "$caflm" generate --model model.gguf --prompt hi --stop abcd \
+must_fail_saying "at most 3" "$caflm" generate --model model.gguf --prompt hi --stop abcd \
   "${greedy[@]}" --max-stop-bytes 3
-must_fail "bytes; at most 4" "$caflm" generate --model model.gguf --prompt "$long_prompt" \
+must_fail_saying "bytes; at most 4" "$caflm" generate --model model.gguf --prompt "$long_prompt" \
   "${greedy[@]}" --max-prompt-bytes 4
 # Limits that cannot work, refused while the options are read.
-must_fail "--max-prompt-bytes" "$caflm" generate --model model.gguf --prompt hi \
+must_fail_saying "--max-prompt-bytes" "$caflm" generate --model model.gguf --prompt hi \
   --max-prompt-bytes 0
-must_fail "--request-lifetime" "$caflm" worker --model model.gguf --port 0 \
+must_fail_saying "--request-lifetime" "$caflm" worker --model model.gguf --port 0 \
   --request-lifetime -1
 
 # --- worker: its own limits, whoever sends.
@@ -72,7 +53,7 @@ wait_for_line worker.out "listening on" "${pids[-1]}"
 address=$(sed -n 's/.*listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' worker.out)
 "$caflm" generate --model model.gguf --worker "$address" --prompt hi --max-tokens 2 \
   --temperature 0 >/dev/null || fail "the worker refused a request within its limits"
-must_fail "tokens; at most 3" "$caflm" generate --model model.gguf --worker "$address" \
+must_fail_saying "tokens; at most 3" "$caflm" generate --model model.gguf --worker "$address" \
   --prompt "$long_prompt" --max-tokens 2 --temperature 0
 
 # --- serve: HTTP clients hear 400 naming the limit.

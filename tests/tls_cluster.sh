@@ -18,33 +18,16 @@
 # Usage: tls_cluster.sh CAFLM_BINARY WORK_DIR
 set -euo pipefail
 caflm="$1"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 work="$2"
 mkdir -p "$work"
 cd "$work"
 rm -rf pki foreign ./*.out ./*.err
 
-fail() {
-  echo "FAIL: $*" >&2
-  for log in worker.err serve.err; do
-    [[ -f $log ]] && { echo "--- $log" >&2; cat "$log" >&2; }
-  done
-  exit 1
-}
-must_fail() {
-  if "$@" </dev/null >must_fail.out 2>&1; then
-    cat must_fail.out >&2
-    fail "expected failure: $*"
-  fi
-}
+# shellcheck source=support/script_helpers.sh
+source "$here/support/script_helpers.sh"
+failure_logs=(worker.err serve.err)
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-wait_for_line() { # FILE PATTERN PID
-  for _ in $(seq 600); do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    kill -0 "$3" 2>/dev/null || fail "process $3 exited: $(cat "$1")"
-    sleep 0.1
-  done
-  fail "no '$2' in $1"
-}
 
 "$caflm" make-test-model --out model.gguf --arch llama --dim 64 --layers 2 --heads 4 \
   --kv-heads 2 --ffn 128 --context 512 --seed 3 >/dev/null
