@@ -38,6 +38,7 @@ add_test(NAME install_and_embed
 caflm_add_test(test_request_actor caflm_actors)
 caflm_add_test(test_worker caflm_actors)
 caflm_add_test(test_remote_engine caflm_actors)
+caflm_add_test(test_tls_refusal_log caflm_actors OpenSSL::SSL)
 caflm_add_test(test_cli_input nlohmann_json::nlohmann_json)
 target_compile_definitions(test_cli_input PRIVATE CAFLM_BINARY="$<TARGET_FILE:caflm>")
 add_dependencies(test_cli_input caflm)

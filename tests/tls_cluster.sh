@@ -117,13 +117,14 @@ basp_header() { # OPERATION PAYLOAD_HEX8: 32 bytes, big-endian
 head -c 4096 /dev/urandom | timeout 5 bash -c "cat >/dev/tcp/127.0.0.1/$port" || true
 sleep 1
 (($(rss_kib "$worker") < baseline + 262144)) || fail "plain TCP grew the worker's memory"
-# Each refusal above is checked by its client's failure, not by the
-# worker's log: a peer whose first bytes are already waiting when the
-# worker accepts (plain BASP, a ClientHello with a foreign or no
-# certificate) fails CAF's TLS accept before the middleman sees a
-# connection, and that leaves no line; only a peer that writes after the
-# accept gets "ended before its handshake". Which one happens is timing.
-echo "refused peers with a log line: $(grep -c "ended before its handshake" worker.err || true)"
+# Each refusal above is logged with the peer and OpenSSL's reason: a caflm
+# client without TLS (it may retry), two openssl clients, two plain TCP ones.
+refusals=$(grep -c "refused the TLS connection of 127.0.0.1:" worker.err || true)
+((refusals >= 5)) || fail "only $refusals refused TLS connections logged"
+grep -q "refused the TLS connection of .*peer did not return a certificate" worker.err ||
+  fail "the client without a certificate was not logged as such"
+grep -q "refused the TLS connection of .*certificate failed verification" worker.err ||
+  fail "the client with another CA's certificate was not logged as such"
 
 # A member of the cluster is bounded too.
 member_sends() { # BYTES...: written through a TLS session with node-3's certificate

@@ -1,6 +1,6 @@
 #include "caflm/actors/node_tls.hpp"
 
-#include "caflm/actors/openssl_error_queue.hpp"
+#include "caflm/actors/openssl_hooks.hpp"
 
 #include <stdexcept>
 
@@ -17,7 +17,7 @@ void enable_tls(caf::actor_system_config& config, const TlsOptions& tls) {
     throw std::invalid_argument(*problem);
   if (!tls.enabled())
     return;
-  isolate_openssl_errors();
+  hook_openssl();
   config.openssl_certificate = tls.certificate;
   config.openssl_key = tls.key;
   config.openssl_cafile = tls.ca;

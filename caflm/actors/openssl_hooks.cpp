@@ -1,4 +1,6 @@
-#include "caflm/actors/openssl_error_queue.hpp"
+#include "caflm/actors/openssl_hooks.hpp"
+
+#include "caflm/actors/tls_refusal_log.hpp"
 
 #include <dlfcn.h>
 #include <openssl/err.h>
@@ -22,8 +24,8 @@ Function next_definition(const char* name) {
 
 } // namespace
 
-// The replacements: the queue cleared, then OpenSSL's function. Each looks
-// its original up once, on first use.
+// The replacements: the queue cleared, then OpenSSL's function (and a
+// failed accept logged). Each looks its original up once, on first use.
 extern "C" {
 
 int SSL_read(SSL* ssl, void* buffer, int size) {
@@ -41,7 +43,10 @@ int SSL_write(SSL* ssl, const void* buffer, int size) {
 int SSL_accept(SSL* ssl) {
   static const auto original = next_definition<int (*)(SSL*)>("SSL_accept");
   ERR_clear_error();
-  return original(ssl);
+  const int result = original(ssl);
+  if (result != 1)
+    caflm::report_refused_handshake(ssl, result);
+  return result;
 }
 
 int SSL_connect(SSL* ssl) {
@@ -54,7 +59,7 @@ int SSL_connect(SSL* ssl) {
 
 namespace caflm {
 
-void isolate_openssl_errors() {
+void hook_openssl() {
   // Nothing to do at run time: referencing this object keeps the
   // replacements above in the program.
 }
