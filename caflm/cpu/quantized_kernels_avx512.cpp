@@ -20,7 +20,9 @@
 // initialize their pass-through operand from _mm512_undefined_ps(), which its
 // own -Wuninitialized flags once inlined; there is nothing uninitialized here.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__) // clang has no such warning, and warns of the unknown name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <utility>
