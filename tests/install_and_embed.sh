@@ -21,8 +21,12 @@ if grep -rn '#include "' "$prefix/include/caflm" | grep -v '#include "caflm/'; t
   exit 1
 fi
 
+# The consumer links with the build's own linker flags: none normally; a
+# sanitizer build's static libraries need their sanitizer's run-time library.
+linker_flags=$(sed -n 's/^CMAKE_EXE_LINKER_FLAGS:[A-Z]*=//p' "$build/CMakeCache.txt")
 cmake -S "$source/examples/embedding" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/configure.log"
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+  -DCMAKE_EXE_LINKER_FLAGS="$linker_flags" >"$work/configure.log"
 if grep -E -- '-Werror|-march|-mtune' "$work/build/compile_commands.json"; then
   echo "the installed package pushes caflm's build flags onto its consumer" >&2
   exit 1
