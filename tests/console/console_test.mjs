@@ -13,12 +13,17 @@
 // $CAFLM_SCREENSHOTS_DIR when set).
 //
 // Usage: node console_test.mjs CAFLM_BINARY MODEL WORK_DIR
+// Every wait is multiplied by $CAFLM_TEST_TIME_SCALE (default 1): a
+// sanitizer build runs the model several times slower.
 import { spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
 const [caflm, model, work] = process.argv.slice(2);
+const timeScale = Number(process.env.CAFLM_TEST_TIME_SCALE ?? 1) || 1;
+/** `milliseconds` of waiting, scaled for slow (sanitizer) builds. */
+const ms = (milliseconds) => milliseconds * timeScale;
 const children = [];
 const problems = [];
 
@@ -40,7 +45,7 @@ function start(name, args, pattern, env = {}) {
   child.errText = ''; // shown when the test fails
   child.stderr.on('data', (data) => { child.errText += data; });
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} did not start: ${child.errText}`)), 60000);
+    const timer = setTimeout(() => reject(new Error(`${name} did not start: ${child.errText}`)), ms(60000));
     child.stdout.on('data', (data) => {
       out += data;
       const match = out.match(pattern);
@@ -76,7 +81,7 @@ async function metric(base, name) {
   return values;
 }
 
-async function eventually(what, probe, timeoutMs = 30000) {
+async function eventually(what, probe, timeoutMs = ms(30000)) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await probe()) return;
@@ -88,6 +93,7 @@ async function eventually(what, probe, timeoutMs = 30000) {
 /// A page that records every console error or warning and uncaught exception.
 async function openPage(browser, url, viewport = { width: 1280, height: 800 }) {
   const page = await browser.newPage({ viewport });
+  page.setDefaultTimeout(ms(30000));
   page.on('console', (message) => {
     // Chromium logs every refused fetch; the keyed page's first one, before
     // a key is given, is the test's point, not a fault.
@@ -146,7 +152,7 @@ async function main() {
 
     // Chat: the answer streams and ends with its figures.
     let message = await send(chat, 'Hello there!', 24);
-    await chat.waitForSelector('.message.assistant[data-state="done"]', { timeout: 60000 });
+    await chat.waitForSelector('.message.assistant[data-state="done"]', { timeout: ms(60000) });
     let answer = await figures(message);
     check(answer.promptTokens > 5, `prompt tokens: ${answer.promptTokens}`);
     check(answer.completionTokens > 0 && answer.completionTokens <= 24, `completion tokens: ${answer.completionTokens}`);
@@ -158,7 +164,7 @@ async function main() {
     message = await send(chat, 'Tell me everything you know.', 3500);
     await eventually('the answer to stream', async () => (await answerText(message)).length > 10);
     await chat.click('#stop');
-    await chat.waitForSelector('.message.assistant[data-state="stopped"]', { timeout: 10000 });
+    await chat.waitForSelector('.message.assistant[data-state="stopped"]', { timeout: ms(10000) });
     await eventually('no request running and every block back (but the prefix cache\'s)', async () => {
       const running = await metric(base, 'vllm:num_requests_running');
       const used = await metric(base, 'caflm_engine_kv_blocks_used');
@@ -171,9 +177,11 @@ async function main() {
 
     // A fault-free answer to compare with.
     const story = 'Tell me a long story about actors.';
-    const storyTokens = 3000; // several seconds on one thread, so the kill lands mid-answer
+    // Several seconds on one thread, so the kill lands mid-answer; as many
+    // seconds in a build the time scale says is slower.
+    const storyTokens = Math.max(300, Math.round(3000 / timeScale));
     message = await send(chat, story, storyTokens);
-    await chat.waitForSelector('.message.assistant[data-state="done"]', { timeout: 120000 });
+    await chat.waitForSelector('.message.assistant[data-state="done"]', { timeout: ms(120000) });
     const calmText = await answerText(message);
     const calm = await figures(message);
     check(calm.completionTokens > 100, `the reference answer is long enough: ${calm.completionTokens} tokens`);
@@ -190,16 +198,16 @@ async function main() {
     await eventually('an engine to report the answer running', async () => {
       busy = (await json(`${base}/v1/cluster`)).engines.find((engine) => engine.running > 0);
       return busy !== undefined;
-    }, 10000);
+    }, ms(10000));
     await eventually('the answer to stream', async () => (await answerText(message)).length > 20);
     check(await message.getAttribute('data-state') === 'streaming', 'the answer ended before the kill');
     const survivor = busy.name === a.address ? b.address : a.address;
     byAddress[busy.name].child.kill('SIGKILL');
 
-    await dashboard.waitForSelector(`[data-engine="${busy.name}"][data-state="lost"]`, { timeout: 10000 });
-    await dashboard.waitForSelector(`#timeline [data-event-type="engine_lost"]`, { timeout: 10000 });
-    await dashboard.waitForSelector(`#timeline [data-event-type="request_moved"]`, { timeout: 10000 });
-    await chat.waitForSelector('.message.assistant[data-state="done"]', { timeout: 120000 });
+    await dashboard.waitForSelector(`[data-engine="${busy.name}"][data-state="lost"]`, { timeout: ms(10000) });
+    await dashboard.waitForSelector(`#timeline [data-event-type="engine_lost"]`, { timeout: ms(10000) });
+    await dashboard.waitForSelector(`#timeline [data-event-type="request_moved"]`, { timeout: ms(10000) });
+    await chat.waitForSelector('.message.assistant[data-state="done"]', { timeout: ms(120000) });
     const moved = await figures(message);
     check(await answerText(message) === calmText, 'the answer after the failover differs from the fault-free one');
     check(moved.completionTokens === calm.completionTokens, 'completion tokens differ after the failover');
@@ -228,13 +236,13 @@ async function main() {
     // The API key: asked for once, then kept in the tab.
     const keyed = await serve(['--replicas', '1', '--kv-cache-mb', '64', '--api-key', 'sesame']);
     const keyedChat = await openPage(browser, `${keyed.address}/`);
-    await keyedChat.waitForSelector('#key-dialog[open]', { timeout: 10000 });
+    await keyedChat.waitForSelector('#key-dialog[open]', { timeout: ms(10000) });
     await keyedChat.fill('#api-key-input', 'sesame');
     await keyedChat.click('#key-save');
     message = await send(keyedChat, 'Hello!', 8);
-    await keyedChat.waitForSelector('.message.assistant[data-state="done"]', { timeout: 60000 });
+    await keyedChat.waitForSelector('.message.assistant[data-state="done"]', { timeout: ms(60000) });
     await keyedChat.goto(`${keyed.address}/cluster`);
-    await keyedChat.waitForSelector('[data-engine="local-0"][data-state="up"]', { timeout: 10000 });
+    await keyedChat.waitForSelector('[data-engine="local-0"][data-state="up"]', { timeout: ms(10000) });
     check(!(await keyedChat.locator('#key-dialog[open]').count()), 'the key was asked for again');
   } finally {
     await browser.close();
