@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -147,6 +149,11 @@ std::size_t resident_kib(pid_t pid) {
 TEST_CASE("a worker's memory does not grow with clients that come and go") {
   // CAF 0.17's middleman kept about 1.3 KB for every node that ever
   // connected; the worker's janitor releases it (every 5 s).
+  const char* sanitizers = std::getenv("CAFLM_SANITIZERS");
+  if (sanitizers != nullptr && std::strstr(sanitizers, "address") != nullptr) {
+    WARN("not measured: AddressSanitizer's quarantine grows resident memory by design");
+    return;
+  }
   WorkerProcess worker(CAFLM_BINARY, model_path());
   const auto visit_then_settle = [&](int clients) {
     for (int i = 0; i < clients; ++i)
