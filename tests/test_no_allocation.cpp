@@ -69,5 +69,8 @@ TEST_CASE("admit, plan, lower, commit and finish allocate nothing after start-up
   const std::size_t allocations = test::heap_allocations.load() - allocations_before;
   CHECK(steps > 100);
   CHECK(cache.hits() > 0);
-  CHECK(allocations == 0);
+  if (test::counts_allocations)
+    CHECK(allocations == 0);
+  else
+    WARN("allocations not counted under ThreadSanitizer");
 }

@@ -589,7 +589,10 @@ TEST_CASE("sample allocates nothing") {
                     .sample(logits.data(), settings[i % settings.size()], history.data(),
                             history.size(), i, &banned, 1, top.data())
                     .token;
-  CHECK(heap_allocations.load() == before);
+  if (caflm::test::counts_allocations)
+    CHECK(heap_allocations.load() == before);
+  else
+    WARN("allocations not counted under ThreadSanitizer");
   CHECK(std::find(chosen.begin(), chosen.end(), banned) == chosen.end());
 }
 

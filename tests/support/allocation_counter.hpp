@@ -13,7 +13,23 @@
 #include <cstdlib>
 #include <new>
 
+// ThreadSanitizer's run-time library defines operator new and delete itself
+// (statically linked with clang): the replacements would not link there.
+#if defined(__SANITIZE_THREAD__)
+#define CAFLM_TEST_COUNTS_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CAFLM_TEST_COUNTS_ALLOCATIONS 0
+#endif
+#endif
+#ifndef CAFLM_TEST_COUNTS_ALLOCATIONS
+#define CAFLM_TEST_COUNTS_ALLOCATIONS 1
+#endif
+
 namespace caflm::test {
+
+/// Whether heap_allocations counts (not under ThreadSanitizer).
+inline constexpr bool counts_allocations = CAFLM_TEST_COUNTS_ALLOCATIONS;
 
 /// Heap allocations so far, by any thread.
 inline std::atomic<std::size_t> heap_allocations{0};
@@ -39,6 +55,8 @@ inline void* counted_or_throw(std::size_t size, std::size_t alignment) {
 } // namespace detail
 
 } // namespace caflm::test
+
+#if CAFLM_TEST_COUNTS_ALLOCATIONS
 
 [[gnu::noinline]] void* operator new(std::size_t size) {
   return caflm::test::detail::counted_or_throw(size, 0);
@@ -105,3 +123,5 @@ inline void* counted_or_throw(std::size_t size, std::size_t alignment) {
                                          const std::nothrow_t&) noexcept {
   std::free(memory);
 }
+
+#endif // CAFLM_TEST_COUNTS_ALLOCATIONS
