@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds caflm's libFuzzer targets (fuzz/) with clang, seeds their corpora and
-# runs each for M minutes, one after another, each on one core. Prints, per
+# runs each for M minutes, P runs at a time, each on one core. Prints, per
 # run, the inputs executed, the corpus size and the findings (crash, leak,
 # timeout and out-of-memory inputs); exits 1 if there is a finding.
 #
-#   scripts/fuzz.sh [--minutes M] [--build-dir DIR] [--only NAME]... [-- LIBFUZZER_FLAGS...]
+#   scripts/fuzz.sh [--minutes M] [--parallel P] [--build-dir DIR] [--only NAME]...
+#                   [-- LIBFUZZER_FLAGS...]
 #
-# M defaults to 10 (fractions such as 0.5 work). DIR defaults to build-fuzz.
+# M defaults to 10 (fractions such as 0.5 work), P to 1. DIR defaults to build-fuzz.
 # NAME is a run's name (gguf, tokenizer-spm, tokenizer-gpt2,
 # tokenizer-gpt2-llama3, tokenizer-byte-level, vocabulary, messages, request-file,
 # openai-protocol); --only may repeat. Flags after -- go to every run
@@ -18,6 +19,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 minutes=10
+parallel=1
 build_dir="$root/build-fuzz"
 only=()
 extra_flags=()
@@ -25,6 +27,10 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
   --minutes)
     minutes="$2"
+    shift 2
+    ;;
+  --parallel)
+    parallel="$2"
     shift 2
     ;;
   --build-dir)
@@ -41,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     break
     ;;
   -h | --help)
-    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -53,6 +59,10 @@ done
 if ! seconds=$(python3 -c "import sys; s = round(float(sys.argv[1]) * 60); assert s > 0; print(s)" \
   "$minutes" 2>/dev/null); then
   echo "fuzz.sh: --minutes needs a positive number, not '$minutes'" >&2
+  exit 2
+fi
+if [[ ! "$parallel" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz.sh: --parallel needs a positive whole number, not '$parallel'" >&2
   exit 2
 fi
 testdata="${CAFLM_TESTDATA_DIR:-$root/../shared/testdata}"
@@ -164,49 +174,72 @@ selected() {
 }
 
 mkdir -p "$build_dir"/{fuzz-corpus,fuzz-findings,fuzz-logs}
-summary=()
-findings_total=0
-for run in "${runs[@]}"; do
-  IFS='|' read -r name binary seed_dir environment <<<"$run"
-  selected "$name" || continue
-  corpus="$build_dir/fuzz-corpus/$name"
-  findings="$build_dir/fuzz-findings/$name"
-  log="$build_dir/fuzz-logs/$name.log"
-  work="$build_dir/fuzz-work/$name" # libFuzzer's -jobs logs land in the working directory
+
+# Runs one fuzz target and writes its summary (first line: the number of
+# findings) to DIR/fuzz-logs/NAME.summary.
+fuzz_one() {
+  local name="$1" binary="$2" seed_dir="$3" environment="$4"
+  local corpus="$build_dir/fuzz-corpus/$name"
+  local findings="$build_dir/fuzz-findings/$name"
+  local log="$build_dir/fuzz-logs/$name.log"
+  local work="$build_dir/fuzz-work/$name" # libFuzzer's -jobs logs land in the working directory
   rm -rf "$work"
   mkdir -p "$corpus" "$findings" "$work"
-  echo "== $name: $binary for $seconds s"
-  set +e
+  local status=0
   (
     cd "$work"
     # shellcheck disable=SC2086 # environment is a list of NAME=VALUE words
     env $environment "$bin/$binary" "$corpus" "$seeds/$seed_dir" -max_total_time="$seconds" \
       -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
       -artifact_prefix="$findings/" "${extra_flags[@]}"
-  ) >"$log" 2>&1
-  status=$?
-  set -e
+  ) >"$log" 2>&1 || status=$?
   # With -jobs, libFuzzer prints each job's log (fuzz-N.log) into its own
   # output when the job ends, so $log holds everything either way.
+  local execs corpus_files corpus_bytes found n_found=0 line file
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{s += $2} END {print s + 0}')
   corpus_files=$(find "$corpus" -type f | wc -l)
   corpus_bytes=$(du -sb "$corpus" | cut -f1)
   found=$(find "$findings" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
     -o -name 'oom-*' \) | sort)
-  n_found=0
   [[ -n "$found" ]] && n_found=$(wc -l <<<"$found")
-  findings_total=$((findings_total + n_found))
   line="$name: $execs executions, corpus $corpus_files inputs ($corpus_bytes bytes), $n_found findings (exit $status)"
   if [[ -n "$found" ]]; then
     while IFS= read -r file; do
       line+=$'\n'"  $file"
     done <<<"$found"
   fi
+  printf '%s\n%s\n' "$n_found" "$line" >"$build_dir/fuzz-logs/$name.summary"
   echo "$line"
-  summary+=("$line")
+}
+
+names=()
+running=0
+for run in "${runs[@]}"; do
+  IFS='|' read -r name binary seed_dir environment <<<"$run"
+  selected "$name" || continue
+  names+=("$name")
+  rm -f "$build_dir/fuzz-logs/$name.summary"
+  if ((running == parallel)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  echo "== $name: $binary for $seconds s"
+  fuzz_one "$name" "$binary" "$seed_dir" "$environment" &
+  running=$((running + 1))
 done
+wait
 
 echo
 echo "== summary (logs in $build_dir/fuzz-logs)"
-printf '%s\n' "${summary[@]}"
+findings_total=0
+for name in "${names[@]}"; do
+  summary="$build_dir/fuzz-logs/$name.summary"
+  if [[ ! -f "$summary" ]]; then
+    echo "$name: no summary (the run itself failed; see its log)"
+    findings_total=$((findings_total + 1))
+    continue
+  fi
+  findings_total=$((findings_total + $(head -n 1 "$summary")))
+  tail -n +2 "$summary"
+done
 [[ $findings_total -eq 0 ]]
