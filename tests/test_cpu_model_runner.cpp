@@ -43,8 +43,9 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 /// Checks every recorded row against the reference pass of its script.
-void check_against_reference(ModelHarness& harness, const Model& model, float tolerance = 1e-4f) {
-  ReferenceModel reference(model);
+void check_against_reference(ModelHarness& harness, const Model& model, float tolerance = 1e-4f,
+                             KvCacheType kv_type = KvCacheType::F32) {
+  ReferenceModel reference(model, 0, kv_type);
   std::map<std::uint64_t, std::vector<std::vector<float>>> expected;
   float worst = 0.0f;
   for (const auto& [key, row] : harness.logits()) {
@@ -64,25 +65,34 @@ TEST_CASE("many sequences of different lengths match the reference pass") {
   // Q8_0 layers quantize their input rows to 8 bits as llama.cpp does: an
   // input that differs from the reference's in the last bit can land on the
   // other side of a rounding step, so only F32/F16/BF16 weights can match a
-  // separately computed pass to 1e-4.
-  auto [arch, type, tied, tolerance] = GENERATE(table<std::string, TensorType, bool, float>({
-      {"llama", TensorType::F32, false, 1e-4f},
-      {"qwen2", TensorType::F32, false, 1e-4f},
-      {"llama", TensorType::F16, true, 1e-4f},
-      {"qwen2", TensorType::BF16, false, 1e-4f},
-      {"llama", TensorType::Q8_0, false, 0.15f},
-  }));
-  INFO(arch << " " << to_string(type) << (tied ? " tied" : ""));
+  // separately computed pass to 1e-4. An F16 KV cache rounds K and V the same
+  // way (the reference rounds them too), and a last-bit difference that
+  // flips one such rounding moves a logit by up to about 1e-3 (rounding
+  // without the reference doing the same moves them by about 5e-3).
+  // Blocks of 4 positions run attention's one-lane code, of 16 its vectors.
+  auto [arch, type, tied, tolerance, kv_type, block_size] =
+      GENERATE(table<std::string, TensorType, bool, float, KvCacheType, std::uint32_t>({
+          {"llama", TensorType::F32, false, 1e-4f, KvCacheType::F32, 4},
+          {"llama", TensorType::F32, false, 1e-4f, KvCacheType::F32, 16},
+          {"qwen2", TensorType::F32, false, 1e-4f, KvCacheType::F32, 4},
+          {"llama", TensorType::F16, true, 1e-4f, KvCacheType::F32, 16},
+          {"qwen2", TensorType::BF16, false, 1e-4f, KvCacheType::F32, 4},
+          {"llama", TensorType::Q8_0, false, 0.15f, KvCacheType::F32, 4},
+          {"llama", TensorType::F32, false, 1.5e-3f, KvCacheType::F16, 16},
+          {"qwen2", TensorType::F16, true, 1.5e-3f, KvCacheType::F16, 4},
+      }));
+  INFO(arch << " " << to_string(type) << (tied ? " tied" : "") << ", KV cache "
+            << to_string(kv_type) << " in blocks of " << block_size);
   auto model = caflm::testing::random_model(small_spec(arch, type, tied));
   const std::uint32_t vocab = model->config().vocab_size;
-  ModelHarness harness(model, config(24), 200);
+  ModelHarness harness(model, config(24, block_size), 200, true, kv_type);
   std::mt19937 rng(11);
   for (std::uint64_t id = 0; id < 8; ++id) {
     auto prompt_length = static_cast<std::uint32_t>(1 + (id * 7) % 23);
     harness.admit(id, random_tokens(rng, prompt_length + 6, vocab), prompt_length);
   }
   harness.run_until_idle();
-  check_against_reference(harness, *model, tolerance);
+  check_against_reference(harness, *model, tolerance, kv_type);
 }
 
 TEST_CASE("prefix-cache hits, forks with copy-on-write and preemption match the reference") {
@@ -132,16 +142,23 @@ TEST_CASE("a sequence's logits are bitwise the same whatever shares its step") {
   // matrices and LongRoPE) and every kind of weight kernel: float, Q8_0,
   // the legacy quants (Q5_0/Q8_0 are Q4_K_M's fallbacks at width 64) and a
   // K-quant mixture at width 256.
-  auto [arch, type, mix] = GENERATE(table<std::string, TensorType, QuantMix>({
-      {"qwen2", TensorType::F32, QuantMix::Uniform},
-      {"qwen2", TensorType::F16, QuantMix::Uniform},
-      {"qwen2", TensorType::BF16, QuantMix::Uniform},
-      {"qwen2", TensorType::Q8_0, QuantMix::Uniform},
-      {"qwen3", TensorType::Q4_1, QuantMix::Uniform},
-      {"phi3", TensorType::Q4_K, QuantMix::Q4_K_M},
-      {"llama", TensorType::Q4_K, QuantMix::Q4_K_M},
-  }));
-  INFO(arch << " " << to_string(type) << " " << to_string(mix));
+  // Both KV cache types, and blocks of 4 (attention's one-lane code) and 16
+  // (its vectors).
+  auto [arch, type, mix, kv_type, block_size] =
+      GENERATE(table<std::string, TensorType, QuantMix, KvCacheType, std::uint32_t>({
+          {"qwen2", TensorType::F32, QuantMix::Uniform, KvCacheType::F32, 4},
+          {"qwen2", TensorType::F32, QuantMix::Uniform, KvCacheType::F16, 16},
+          {"qwen2", TensorType::F16, QuantMix::Uniform, KvCacheType::F32, 16},
+          {"qwen2", TensorType::BF16, QuantMix::Uniform, KvCacheType::F16, 4},
+          {"qwen2", TensorType::Q8_0, QuantMix::Uniform, KvCacheType::F32, 16},
+          {"qwen3", TensorType::Q4_1, QuantMix::Uniform, KvCacheType::F32, 4},
+          {"phi3", TensorType::Q4_K, QuantMix::Q4_K_M, KvCacheType::F32, 4},
+          {"llama", TensorType::Q4_K, QuantMix::Q4_K_M, KvCacheType::F32, 16},
+      }));
+  INFO(arch << " " << to_string(type) << " " << to_string(mix) << ", KV cache "
+            << to_string(kv_type) << " in blocks of " << block_size);
+  const KvCacheType cache_type = kv_type; // lambdas capture no structured binding in C++17
+  const std::uint32_t cache_block_size = block_size;
   RandomModelSpec spec = small_spec(arch, type);
   spec.mix = mix;
   if (arch == "llama") {
@@ -160,7 +177,7 @@ TEST_CASE("a sequence's logits are bitwise the same whatever shares its step") {
   // Subject alone, its prompt prefilled in one chunk.
   auto run = [&](std::uint32_t budget, std::uint32_t companions, int threads, bool subject_last) {
     omp_set_num_threads(threads);
-    ModelHarness harness(model, config(budget), 400);
+    ModelHarness harness(model, config(budget, cache_block_size), 400, true, cache_type);
     std::mt19937 other_rng(companions);
     auto add_companions = [&] {
       for (std::uint32_t c = 0; c < companions; ++c) {

@@ -270,60 +270,6 @@ void silu_mul(const float* gate, const float* up, size_t m, size_t f, float* out
   }
 }
 
-float dot_f32(const float* __restrict__ a, const float* __restrict__ b, size_t n) {
-  return sum_chunks(n, [a, b](size_t i, size_t count) {
-    return _mm256_mul_ps(load_lanes(a + i, count), load_lanes(b + i, count));
-  });
-}
-
-void axpy_f32(float alpha, const float* __restrict__ x, float* __restrict__ y, size_t n) {
-  const __m256 a = _mm256_set1_ps(alpha);
-  for_each_chunk(n, [&](size_t i, size_t count) {
-    store_lanes(y + i, count,
-                _mm256_fmadd_ps(a, load_lanes(x + i, count), load_lanes(y + i, count)));
-  });
-}
-
-namespace {
-
-// weighted_sum_f32 over the columns [begin, begin + 8 * kVectors) of rows
-// whose length is a multiple of 8: the accumulators stay in registers while
-// every row passes.
-template <int kVectors>
-void weighted_sum_columns(const float* __restrict__ weights, const float* const* __restrict__ rows,
-                          size_t count, size_t begin, float* __restrict__ out) {
-  __m256 acc[kVectors];
-  for (int v = 0; v < kVectors; ++v)
-    acc[v] = _mm256_setzero_ps();
-  for (size_t r = 0; r < count; ++r) {
-    const __m256 a = _mm256_set1_ps(weights[r]);
-    const float* row = rows[r] + begin;
-    for (int v = 0; v < kVectors; ++v)
-      acc[v] = _mm256_fmadd_ps(a, _mm256_loadu_ps(row + 8 * v), acc[v]);
-  }
-  for (int v = 0; v < kVectors; ++v)
-    _mm256_storeu_ps(out + begin + 8 * v, acc[v]);
-}
-
-} // namespace
-
-void weighted_sum_f32(const float* __restrict__ weights, const float* const* __restrict__ rows,
-                      size_t count, size_t n, float* __restrict__ out) {
-  if (n % 8 != 0) {
-    std::fill_n(out, n, 0.0f);
-    for (size_t r = 0; r < count; ++r)
-      axpy_f32(weights[r], rows[r], out, n);
-    return;
-  }
-  size_t begin = 0;
-  for (; begin + 64 <= n; begin += 64)
-    weighted_sum_columns<8>(weights, rows, count, begin, out);
-  for (; begin + 32 <= n; begin += 32)
-    weighted_sum_columns<4>(weights, rows, count, begin, out);
-  for (; begin < n; begin += 8)
-    weighted_sum_columns<1>(weights, rows, count, begin, out);
-}
-
 void scale_f32(float alpha, float* __restrict__ x, size_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
   for_each_chunk(n, [&](size_t i, size_t count) {

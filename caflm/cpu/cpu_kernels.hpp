@@ -9,7 +9,8 @@
 #include <cstdint>
 
 // Elementwise and per-row CPU kernels of the Llama/Qwen2 forward pass (the
-// matrix products are in cpu/cpu_matmul.hpp).
+// matrix products are in cpu/cpu_matmul.hpp, attention over the paged cache
+// in cpu/paged_attention.hpp).
 //
 // Batch invariance: every result element depends only on its own row's inputs
 // and is computed in an order fixed by the row length alone, never by the
@@ -49,21 +50,6 @@ void rope(float* __restrict__ x /* [m, n_heads, head_dim] */, size_t m, size_t n
 /// SwiGLU: out = silu(gate) * up, elementwise. `out` may equal `gate` or `up`.
 void silu_mul(const float* gate /* [m, f] */, const float* up /* [m, f] */, size_t m, size_t f,
               float* out /* [m, f] */);
-
-/// Sum of a[i] * b[i] in an order fixed by `n` alone.
-float dot_f32(const float* __restrict__ a, const float* __restrict__ b, size_t n);
-
-/// y[i] += alpha * x[i].
-void axpy_f32(float alpha, const float* __restrict__ x, float* __restrict__ y, size_t n);
-
-/// out[i] = sum over r < count of weights[r] * rows[r][i], accumulated from
-/// zero by one fma per row in row order: the same bits as `count` calls of
-/// axpy_f32(weights[r], rows[r], out, n) on a zeroed `out`, with the
-/// accumulators kept in registers across rows. Attention's weighted sum of
-/// value rows.
-/// - weights: [count]; rows: [count] pointers to [n]; out: [n]
-void weighted_sum_f32(const float* __restrict__ weights, const float* const* __restrict__ rows,
-                      size_t count, size_t n, float* __restrict__ out);
 
 /// x[i] *= alpha.
 void scale_f32(float alpha, float* __restrict__ x, size_t n);

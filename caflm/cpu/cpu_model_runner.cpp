@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "caflm/cpu/cpu_matmul.hpp"
+#include "caflm/cpu/paged_attention.hpp"
 
 namespace caflm {
 
@@ -24,7 +25,8 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , rope_{config_.rope_mode,       config_.head_dim,
           config_.rope_base,       weights_.rope_factors(config_, limits.max_context),
           config_.rope_freq_scale, config_.rope_attn_factor}
-  , kv_(config_.n_layers, limits.kv_blocks, limits.block_size, config_.n_kv_heads, config_.head_dim)
+  , kv_(limits.kv_type, config_.n_layers, limits.kv_blocks, limits.block_size, config_.n_kv_heads,
+        config_.head_dim)
   , x_(std::size_t{limits.max_tokens} * config_.dim)
   , h_(x_.size())
   , q_(std::size_t{limits.max_tokens} * config_.q_dim())
@@ -37,8 +39,7 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , positions_(limits.max_tokens)
   , token_item_(limits.max_tokens)
   , threads_(omp_get_max_threads())
-  , scores_(std::size_t(threads_) * limits.max_context)
-  , value_rows_(std::size_t(threads_) * limits.max_context) {}
+  , scores_(std::size_t(threads_) * limits.max_context) {}
 
 bool CpuModelRunner::valid(const RaggedBatch& batch) const {
   if (batch.item_count > limits_.max_items || batch.token_count > limits_.max_tokens)
@@ -145,12 +146,10 @@ void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch) {
     for (std::uint32_t t = 0; t < item.query_length; ++t) {
       const std::uint32_t row = item.token_offset + t;
       const std::uint32_t pos = item.position + t;
-      const BlockId block = pages[pos / block_size];
-      const std::size_t cell = std::size_t{pos % block_size} * head_dim;
       for (std::uint32_t head = 0; head < config_.n_kv_heads; ++head) {
         const std::size_t src = std::size_t{row} * config_.kv_dim() + std::size_t{head} * head_dim;
-        std::copy_n(&k_[src], head_dim, kv_.keys(layer, block, head) + cell);
-        std::copy_n(&v_[src], head_dim, kv_.values(layer, block, head) + cell);
+        store_kv_head(kv_, layer, pages[pos / block_size], head, pos % block_size, &k_[src],
+                      &v_[src]);
       }
     }
   }
@@ -159,37 +158,26 @@ void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch) {
 void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& batch,
                                      std::uint32_t n_tokens) {
   const std::uint32_t head_dim = config_.head_dim;
-  const std::uint32_t block_size = limits_.block_size;
   const std::uint32_t group = config_.n_heads / config_.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const std::int64_t work = std::int64_t{n_tokens} * config_.n_heads;
+  const std::int64_t work = std::int64_t{n_tokens} * config_.n_kv_heads;
 
-  // Each (token, head) pair reads only its own sequence's cache, in position
-  // order, so its result never depends on how the work is split.
-#pragma omp parallel for schedule(static) num_threads(threads_)
+  // Each (token, KV head) pair reads only its own sequence's cache, in
+  // position order, so its result never depends on how the work is split.
+  // Pairs are handed out dynamically: a prefill's later tokens attend to
+  // longer contexts than its first ones.
+#pragma omp parallel for schedule(dynamic) num_threads(threads_)
   for (std::int64_t pair = 0; pair < work; ++pair) {
-    const auto row = static_cast<std::uint32_t>(pair / config_.n_heads);
-    const auto head = static_cast<std::uint32_t>(pair % config_.n_heads);
-    const std::uint32_t kv_head = head / group;
+    const auto row = static_cast<std::uint32_t>(pair / config_.n_kv_heads);
+    const auto kv_head = static_cast<std::uint32_t>(pair % config_.n_kv_heads);
     const RaggedBatchItem& item = batch.items[token_item_[row]];
-    const BlockId* pages = batch.block_tables + item.block_table_offset;
+    const PagedKvHead cache{&kv_, layer, kv_head, batch.block_tables + item.block_table_offset};
     const std::uint32_t context = static_cast<std::uint32_t>(positions_[row]) + 1; // causal
+    const std::size_t first_head =
+        std::size_t{row} * config_.q_dim() + std::size_t{kv_head} * group * head_dim;
     float* scores = scores_.data() + std::size_t(omp_get_thread_num()) * limits_.max_context;
-    const float* query =
-        q_.data() + std::size_t{row} * config_.q_dim() + std::size_t{head} * head_dim;
-    for (std::uint32_t pos = 0; pos < context; ++pos) {
-      const float* key = kv_.keys(layer, pages[pos / block_size], kv_head) +
-                         std::size_t{pos % block_size} * head_dim;
-      scores[pos] = dot_f32(query, key, head_dim) * scale;
-    }
-    softmax_f32(scores, context);
-    const float** values =
-        value_rows_.data() + std::size_t(omp_get_thread_num()) * limits_.max_context;
-    for (std::uint32_t pos = 0; pos < context; ++pos)
-      values[pos] = kv_.values(layer, pages[pos / block_size], kv_head) +
-                    std::size_t{pos % block_size} * head_dim;
-    float* out = attn_.data() + std::size_t{row} * config_.q_dim() + std::size_t{head} * head_dim;
-    weighted_sum_f32(scores, values, context, head_dim, out);
+    paged_attention(cache, context, q_.data() + first_head, group, scale, scores,
+                    attn_.data() + first_head);
   }
 }
 

@@ -23,6 +23,8 @@ struct RunnerLimits {
   /// Physical KV blocks and their size, as in the scheduler's pool.
   std::uint32_t kv_blocks = 1024;
   std::uint32_t block_size = 16;
+  /// The cache's element type.
+  KvCacheType kv_type = KvCacheType::F32;
 };
 
 /// Runs a llama, qwen2, qwen3 or phi3 model on the CPU, one whole ragged step (prefill
@@ -30,9 +32,9 @@ struct RunnerLimits {
 ///
 /// Batch invariance: every kernel fixes each output row's reduction order
 /// by the row's length alone, and attention for one (token, head) reads only
-/// its own sequence's cache in position order. So a sequence's logits are
-/// bitwise the same whatever shares its step, and whether its KV entered the
-/// cache by prefill or by decode.
+/// its own sequence's cache in position order (caflm/cpu/paged_attention.hpp). So a sequence's
+/// logits are bitwise the same whatever shares its step, and whether its KV entered the cache by
+/// prefill or by decode.
 class CpuModelRunner : public RaggedBackend {
  public:
   CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits limits);
@@ -69,7 +71,6 @@ class CpuModelRunner : public RaggedBackend {
   std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
   int threads_;                           // OpenMP threads of the attention loop
   std::vector<float> scores_;             // [threads, max_context]
-  std::vector<const float*> value_rows_;  // [threads, max_context] one head's value rows
 };
 
 } // namespace caflm

@@ -8,9 +8,10 @@
 
 namespace caflm::cuda {
 
-/// Shape of the paged KV cache on the device. Same layout as the CPU's
-/// KvStorage: K and V are each [n_layers, n_blocks, n_kv_heads, block_size,
-/// head_dim] in F32, so one head's positions in one block are contiguous.
+/// Shape of the paged KV cache on the device: K and V are each [n_layers,
+/// n_blocks, n_kv_heads, block_size, head_dim] in F32, so one head's
+/// positions in one block are contiguous. (The CPU's KvStorage stores keys
+/// transposed within a block instead, for its vector kernels.)
 struct PagedKvGeometry {
   std::uint32_t n_layers = 0;
   std::uint32_t n_blocks = 0;

@@ -43,7 +43,8 @@ std::size_t available_memory_bytes() {
 } // namespace
 
 std::uint64_t cpu_kv_block_bytes(const ModelConfig& m) {
-  std::uint64_t bytes = checked_product(2ull * sizeof(float), m.n_layers, "a KV block");
+  std::uint64_t bytes =
+      checked_product(2ull * kv_element_bytes(kCpuKvCacheType), m.n_layers, "a KV block");
   bytes = checked_product(bytes, kCpuKvBlockSize, "a KV block");
   return checked_product(bytes, m.kv_dim(), "a KV block");
 }
@@ -66,9 +67,9 @@ EngineConfig cpu_engine_config(const Model& model, const EngineOptions& options)
   if (blocks == 0)
     throw std::invalid_argument(fmt::format(
         "a KV cache of {} holds no block: one block of {} tokens takes {} ({} layers, K and V of "
-        "{} floats per token)",
+        "{} {} values per token)",
         human_bytes(options.kv_cache_bytes), s.block_size, human_bytes(block_bytes), m.n_layers,
-        m.kv_dim()));
+        m.kv_dim(), to_string(kCpuKvCacheType)));
   // The pool counts blocks in 32 bits; no machine holds that many anyway.
   config.kv_blocks = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(blocks, std::numeric_limits<std::uint32_t>::max() - 1));
@@ -111,6 +112,7 @@ std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> mo
   limits.max_context = config.scheduler.max_context;
   limits.kv_blocks = config.kv_blocks;
   limits.block_size = config.scheduler.block_size;
+  limits.kv_type = kCpuKvCacheType;
   const std::uint64_t salt = model->cache_salt();
   const std::size_t bytes = cpu_engine_bytes(*model, config);
   try {

@@ -7,6 +7,7 @@
 
 #include "caflm/engine/engine_options.hpp"
 #include "caflm/engine/inference_engine.hpp"
+#include "caflm/kv/kv_storage.hpp"
 
 namespace caflm {
 
@@ -16,8 +17,13 @@ struct ModelConfig;
 /// Tokens per KV block of a CPU engine.
 inline constexpr std::uint32_t kCpuKvBlockSize = 16;
 
-/// Bytes of one KV block of a CPU engine: K and V of every layer, as floats,
-/// for kCpuKvBlockSize tokens. Throws std::invalid_argument when that
+/// The element type of a CPU engine's KV cache: F32, so that log-probabilities
+/// agree with llama.cpp's run with an F32 cache to 1e-3 (an F16 cache moves
+/// them by up to 0.015 on the reference model).
+inline constexpr KvCacheType kCpuKvCacheType = KvCacheType::F32;
+
+/// Bytes of one KV block of a CPU engine: K and V of every layer, in
+/// kCpuKvCacheType, for kCpuKvBlockSize tokens. Throws std::invalid_argument when that
 /// overflows.
 std::uint64_t cpu_kv_block_bytes(const ModelConfig& config);
 

@@ -8,24 +8,46 @@
 
 namespace caflm {
 
-/// The physical KV cache on the CPU: for every layer, K and V in F32, paged
-/// in blocks of `block_size` positions. Within a block each KV head's
-/// positions are contiguous, so attention streams one head's keys at a time.
+/// The element type of a KV cache.
+enum class KvCacheType {
+  F16, ///< IEEE half, rounded to nearest even from f32 (llama.cpp's default cache type)
+  F32,
+};
+
+/// "f16" or "f32".
+const char* to_string(KvCacheType type);
+
+/// Bytes of one cached element.
+std::size_t kv_element_bytes(KvCacheType type);
+
+/// The physical KV cache on the CPU: for every layer, K and V in `type`,
+/// paged in blocks of `block_size` positions. Within a block each KV head's
+/// keys are stored transposed, one row per dimension, so attention scores a
+/// run of positions with one vector per dimension; each head's values are one
+/// row per position, so the weighted sum adds whole rows.
 class KvStorage {
  public:
-  KvStorage(std::uint32_t n_layers, std::uint32_t n_blocks, std::uint32_t block_size,
-            std::uint32_t n_kv_heads, std::uint32_t head_dim);
+  KvStorage(KvCacheType type, std::uint32_t n_layers, std::uint32_t n_blocks,
+            std::uint32_t block_size, std::uint32_t n_kv_heads, std::uint32_t head_dim);
 
+  KvCacheType type() const { return type_; }
   std::uint32_t block_count() const { return n_blocks_; }
   std::uint32_t block_size() const { return block_size_; }
-  std::size_t bytes() const { return (keys_.size() + values_.size()) * sizeof(float); }
+  std::uint32_t head_dim() const { return head_dim_; }
+  std::size_t bytes() const { return keys_.size() + values_.size(); }
 
-  /// One head's keys in one block. // [block_size, head_dim]
-  float* keys(std::uint32_t layer, BlockId block, std::uint32_t head) {
+  /// One head's keys in one block, transposed. // [head_dim, block_size] of type()
+  std::uint8_t* keys(std::uint32_t layer, BlockId block, std::uint32_t head) {
     return keys_.data() + offset(layer, block, head);
   }
-  /// One head's values in one block. // [block_size, head_dim]
-  float* values(std::uint32_t layer, BlockId block, std::uint32_t head) {
+  const std::uint8_t* keys(std::uint32_t layer, BlockId block, std::uint32_t head) const {
+    return keys_.data() + offset(layer, block, head);
+  }
+  /// One head's values in one block. // [block_size, head_dim] of type()
+  std::uint8_t* values(std::uint32_t layer, BlockId block, std::uint32_t head) {
+    return values_.data() + offset(layer, block, head);
+  }
+  const std::uint8_t* values(std::uint32_t layer, BlockId block, std::uint32_t head) const {
     return values_.data() + offset(layer, block, head);
   }
 
@@ -37,13 +59,15 @@ class KvStorage {
     return ((std::size_t{layer} * n_blocks_ + block) * n_kv_heads_ + head) * head_stride_;
   }
 
+  KvCacheType type_;
   std::uint32_t n_layers_;
   std::uint32_t n_blocks_;
   std::uint32_t block_size_;
   std::uint32_t n_kv_heads_;
-  std::size_t head_stride_;   // block_size * head_dim
-  std::vector<float> keys_;   // [n_layers, n_blocks, n_kv_heads, block_size, head_dim]
-  std::vector<float> values_; // [n_layers, n_blocks, n_kv_heads, block_size, head_dim]
+  std::uint32_t head_dim_;
+  std::size_t head_stride_;          // bytes of one head's block: block_size * head_dim elements
+  std::vector<std::uint8_t> keys_;   // [n_layers, n_blocks, n_kv_heads, head_dim, block_size]
+  std::vector<std::uint8_t> values_; // [n_layers, n_blocks, n_kv_heads, block_size, head_dim]
 };
 
 } // namespace caflm

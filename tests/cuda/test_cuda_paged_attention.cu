@@ -6,7 +6,6 @@
 #include "caflm/cuda/cuda_check.hpp"
 #include "caflm/cuda/cuda_device.hpp"
 #include "caflm/cuda/paged_attention.cuh"
-#include "caflm/kv/kv_storage.hpp"
 #include "tests/cuda/gpu_test.hpp"
 
 #include <catch2/catch.hpp>
@@ -122,26 +121,32 @@ Problem make_problem(const PagedKvGeometry& geometry, std::uint32_t n_heads, std
   return p;
 }
 
-/// Index of (layer, block, head, cell) in a whole cache, as KvStorage lays it out.
+/// Index of (layer, block, head, cell) in a whole device cache.
 std::size_t cache_index(const PagedKvGeometry& g, std::uint32_t layer, BlockId block,
                         std::uint32_t head, std::uint32_t cell) {
   return (((std::size_t{layer} * g.n_blocks + block) * g.n_kv_heads + head) * g.block_size + cell) *
          g.head_dim;
 }
 
-/// The caches after the step's copies (in order) and KV stores, as the CPU
-/// runner leaves them.
-void reference_store(const Problem& p, std::vector<float>& keys, std::vector<float>& values) {
-  const PagedKvGeometry& g = p.geometry;
-  keys = p.key_cache;
-  values = p.value_cache;
-  for (const BlockCopy& copy : p.copies)
+/// Applies `copies` one after another, each a whole block of every layer,
+/// as the CPU runner's KvStorage::copy_block does.
+void copy_blocks_in_order(const PagedKvGeometry& g, const std::vector<BlockCopy>& copies,
+                          std::vector<float>& keys, std::vector<float>& values) {
+  for (const BlockCopy& copy : copies)
     for (std::uint32_t layer = 0; layer < g.n_layers; ++layer) {
       std::copy_n(keys.begin() + cache_index(g, layer, copy.source, 0, 0), g.block_floats(),
                   keys.begin() + cache_index(g, layer, copy.destination, 0, 0));
       std::copy_n(values.begin() + cache_index(g, layer, copy.source, 0, 0), g.block_floats(),
                   values.begin() + cache_index(g, layer, copy.destination, 0, 0));
     }
+}
+
+/// The caches after the step's copies (in order) and KV stores.
+void reference_store(const Problem& p, std::vector<float>& keys, std::vector<float>& values) {
+  const PagedKvGeometry& g = p.geometry;
+  keys = p.key_cache;
+  values = p.value_cache;
+  copy_blocks_in_order(g, p.copies, keys, values);
   for (const RaggedBatchItem& item : p.items)
     for (std::uint32_t t = 0; t < item.query_length; ++t) {
       const std::uint32_t row = item.token_offset + t;
@@ -416,19 +421,18 @@ TEST_CASE("a sequence's attention is bitwise the same alone and inside a larger 
   }
 }
 
-TEST_CASE("block copies on the device match KvStorage::copy_block in order") {
+TEST_CASE("block copies on the device are applied in order, as on the CPU") {
   CAFLM_REQUIRE_GPU();
   const PagedKvGeometry g = make_geometry(3, 12, 8, 2, 64);
-  caflm::KvStorage storage(g.n_layers, g.n_blocks, g.block_size, g.n_kv_heads, g.head_dim);
+  std::vector<float> host_key_cache(g.cache_floats()), host_value_cache(g.cache_floats());
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  // KvStorage is one contiguous array per K and V in the same layout.
-  float* host_keys = storage.keys(0, 0, 0);
-  float* host_values = storage.values(0, 0, 0);
   for (std::size_t e = 0; e < g.cache_floats(); ++e) {
-    host_keys[e] = uniform(rng);
-    host_values[e] = uniform(rng);
+    host_key_cache[e] = uniform(rng);
+    host_value_cache[e] = uniform(rng);
   }
+  float* host_keys = host_key_cache.data();
+  float* host_values = host_value_cache.data();
 
   SECTION("a chain, a self copy and an overwritten source keep their sequential meaning") {
     // 7 must end with block 2's old content (through 5), 9 with 8's old
@@ -444,8 +448,7 @@ TEST_CASE("block copies on the device match KvStorage::copy_block in order") {
     packer.pack(p.batch(), g, 1);
     REQUIRE(packer.copy_wave_ends().size() == 3);
     const GpuResult gpu = run_on_gpu(p);
-    for (const BlockCopy& copy : copies)
-      storage.copy_block(copy.source, copy.destination);
+    copy_blocks_in_order(g, copies, host_key_cache, host_value_cache);
     CHECK(std::memcmp(gpu.key_cache.data(), host_keys, g.cache_floats() * sizeof(float)) == 0);
     CHECK(std::memcmp(gpu.value_cache.data(), host_values, g.cache_floats() * sizeof(float)) == 0);
     CHECK(std::memcmp(host_keys + cache_index(g, 2, 7, 0, 0),
@@ -463,12 +466,12 @@ TEST_CASE("block copies on the device match KvStorage::copy_block in order") {
     p.key_cache.assign(host_keys, host_keys + g.cache_floats());
     p.value_cache.assign(host_values, host_values + g.cache_floats());
     const GpuResult gpu = run_on_gpu(p);
-    storage.copy_block(4, 10);
+    copy_blocks_in_order(g, p.copies, host_key_cache, host_value_cache);
     for (std::uint32_t h = 0; h < g.n_kv_heads; ++h) {
       std::copy_n(p.k.begin() + std::size_t{h} * g.head_dim, g.head_dim,
-                  storage.keys(2, 10, h) + 5 * g.head_dim);
+                  host_keys + cache_index(g, 2, 10, h, 5));
       std::copy_n(p.v.begin() + std::size_t{h} * g.head_dim, g.head_dim,
-                  storage.values(2, 10, h) + 5 * g.head_dim);
+                  host_values + cache_index(g, 2, 10, h, 5));
     }
     CHECK(std::memcmp(gpu.key_cache.data(), host_keys, g.cache_floats() * sizeof(float)) == 0);
     CHECK(std::memcmp(gpu.value_cache.data(), host_values, g.cache_floats() * sizeof(float)) == 0);

@@ -63,7 +63,7 @@ inline std::vector<TokenId> random_tokens(std::mt19937& rng, std::size_t n, std:
 class ModelHarness {
  public:
   ModelHarness(std::shared_ptr<const Model> model, SchedulerConfig config, std::uint32_t blocks,
-               bool prefix_cache = true)
+               bool prefix_cache = true, KvCacheType kv_type = KvCacheType::F32)
     : config_(config)
     , pool_(blocks)
     , cache_(blocks, config.block_size, model->cache_salt())
@@ -71,7 +71,7 @@ class ModelHarness {
     , planner_(config)
     , plan_(config.max_requests)
     , runner_(model, RunnerLimits{config.token_budget, config.max_requests, config.max_context,
-                                  blocks, config.block_size})
+                                  blocks, config.block_size, kv_type})
     , buffers_(config.max_requests, config.token_budget, config.max_requests * config.max_pages(),
                runner_.vocab_size()) {}
 

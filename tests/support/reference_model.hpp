@@ -7,7 +7,9 @@
 // fused matrices on its own, and shares nothing with the runner's kernels
 // but dequantize_row. Activations entering a quantized matrix are rounded
 // as ggml rounds them (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for
-// the K-quants), so that a runner doing the same matches closely.
+// the K-quants), and, for a runner with an F16 KV cache, keys and values are
+// rounded to F16 as that cache stores them, so that a runner doing the same
+// matches closely.
 
 #include <cmath>
 #include <stdexcept>
@@ -15,8 +17,9 @@
 #include <vector>
 
 #include "caflm/gguf/gguf.hpp"
-#include "caflm/kv/token_id.hpp"
 #include "caflm/gguf/quantize.hpp"
+#include "caflm/kv/kv_storage.hpp"
+#include "caflm/kv/token_id.hpp"
 #include "caflm/model/model.hpp"
 
 namespace caflm::testing {
@@ -26,8 +29,11 @@ class ReferenceModel {
   /// `runner_context` is the longest sequence the runner under test was
   /// built for: with LongRoPE it decides between the long and short factors
   /// (long beyond the original context), as llama.cpp decides per context.
-  explicit ReferenceModel(const Model& model, std::uint32_t runner_context = 0)
-    : file_(model.file()) {
+  /// `kv_type` is the runner's KV cache type (F16 rounds keys and values).
+  explicit ReferenceModel(const Model& model, std::uint32_t runner_context = 0,
+                          KvCacheType kv_type = KvCacheType::F32)
+    : file_(model.file())
+    , kv_f16_(kv_type == KvCacheType::F16) {
     arch_ = std::string(*file_.get_string("general.architecture"));
     const std::string a = arch_ + ".";
     dim_ = *file_.get_uint(a + "embedding_length");
@@ -105,6 +111,10 @@ class ReferenceModel {
         }
         rope(q[t], n_heads_, t);
         rope(k[t], n_kv_heads_, t);
+        if (kv_f16_) {
+          round_f16(k[t]);
+          round_f16(v[t]);
+        }
       }
       const std::size_t group = n_heads_ / n_kv_heads_;
       for (std::size_t t = 0; t < n; ++t) {
@@ -192,6 +202,12 @@ class ReferenceModel {
 
   std::vector<float> optional_vector(const std::string& name) const {
     return file_.find_tensor(name) ? vector(name) : none();
+  }
+
+  /// The F16 KV cache's rounding.
+  static void round_f16(std::vector<float>& x) {
+    for (float& e : x)
+      e = f16_to_f32(f32_to_f16(e));
   }
 
   /// ggml's rounding of activations to 8 bits in blocks of `block` values
@@ -313,6 +329,7 @@ class ReferenceModel {
   }
 
   const GgufFile& file_;
+  bool kv_f16_ = false;
   std::string arch_;
   std::size_t dim_ = 0, n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0, n_layers_ = 0;
   float eps_ = 1e-5f;

@@ -1,0 +1,237 @@
+#include "caflm/cpu/paged_attention.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "caflm/cpu/cpu_kernels.hpp"
+
+namespace caflm {
+
+namespace {
+
+/// Cache elements stored as IEEE half.
+struct F16Elements {
+  using T = std::uint16_t;
+  static __m256 load8(const T* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float load1(const T* p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*p))); }
+};
+
+/// Cache elements stored as f32.
+struct F32Elements {
+  using T = float;
+  static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
+  static float load1(const T* p) { return *p; }
+};
+
+/// Stores the first `count` (1..8) lanes of v.
+void store_first(float* p, std::size_t count, __m256 v) {
+  if (count == 8) {
+    _mm256_storeu_ps(p, v);
+    return;
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  std::memcpy(p, lanes, count * sizeof(float));
+}
+
+/// Scores of `kChunks` runs of 8 positions of one block whose transposed
+/// keys `keys_t` ([head_dim, block_size]) start at column `first`; stores the
+/// first `count` of them.
+template <typename E, int kChunks>
+void score_chunks(const typename E::T* __restrict__ keys_t, std::size_t block_size,
+                  std::size_t first, const float* __restrict__ query, std::size_t head_dim,
+                  float scale, float* __restrict__ scores, std::size_t count) {
+  __m256 acc[kChunks][4];
+  for (int c = 0; c < kChunks; ++c)
+    for (int j = 0; j < 4; ++j)
+      acc[c][j] = _mm256_setzero_ps();
+  const typename E::T* column = keys_t + first;
+  std::size_t d = 0;
+  for (; d + 4 <= head_dim; d += 4)
+    for (int j = 0; j < 4; ++j) {
+      const __m256 q = _mm256_set1_ps(query[d + j]);
+      for (int c = 0; c < kChunks; ++c)
+        acc[c][j] = _mm256_fmadd_ps(q, E::load8(column + (d + j) * block_size + 8 * c), acc[c][j]);
+    }
+  for (int j = 0; d < head_dim; ++d, ++j) {
+    const __m256 q = _mm256_set1_ps(query[d]);
+    for (int c = 0; c < kChunks; ++c)
+      acc[c][j] = _mm256_fmadd_ps(q, E::load8(column + d * block_size + 8 * c), acc[c][j]);
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int c = 0; c < kChunks && 8 * std::size_t(c) < count; ++c) {
+    const __m256 sum =
+        _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3]));
+    store_first(scores + 8 * c, std::min<std::size_t>(8, count - 8 * c),
+                _mm256_mul_ps(sum, vscale));
+  }
+}
+
+/// score_chunks one position at a time: the same operations per lane.
+template <typename E>
+float score_one(const typename E::T* __restrict__ keys_t, std::size_t block_size, std::size_t cell,
+                const float* __restrict__ query, std::size_t head_dim, float scale) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (std::size_t d = 0; d < head_dim; ++d)
+    acc[d % 4] = std::fma(query[d], E::load1(keys_t + d * block_size + cell), acc[d % 4]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
+}
+
+/// Asks for the `bytes` from `p` on in L1 ahead of their use: a sequence's
+/// blocks lie anywhere in the cache, so the hardware prefetchers, which
+/// follow one stream, stall at each block boundary.
+void prefetch_bytes(const void* p, std::size_t bytes) {
+  const char* at = static_cast<const char*>(p);
+  for (std::size_t line = 0; line < bytes; line += 64)
+    _mm_prefetch(at + line, _MM_HINT_T0);
+}
+
+template <typename E>
+const typename E::T* keys_of(const PagedKvHead& h, BlockId block) {
+  return reinterpret_cast<const typename E::T*>(h.kv->keys(h.layer, block, h.kv_head));
+}
+
+template <typename E>
+const typename E::T* values_of(const PagedKvHead& h, BlockId block) {
+  return reinterpret_cast<const typename E::T*>(h.kv->values(h.layer, block, h.kv_head));
+}
+
+/// scores[pos] for pos < context.
+template <typename E>
+void score_positions(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ query,
+                     float scale, float* __restrict__ scores) {
+  const std::size_t block_size = h.kv->block_size();
+  const std::size_t head_dim = h.kv->head_dim();
+  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
+  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
+    const typename E::T* keys_t = keys_of<E>(h, h.pages[page]);
+    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+    if (start + block_size < context)
+      prefetch_bytes(keys_of<E>(h, h.pages[page + 1]), block_bytes);
+    if (block_size % 8 != 0) {
+      for (std::size_t cell = 0; cell < valid; ++cell)
+        scores[start + cell] = score_one<E>(keys_t, block_size, cell, query, head_dim, scale);
+      continue;
+    }
+    // Lanes past `valid` read cells of this block that hold no key yet; their
+    // scores are computed and dropped.
+    std::size_t first = 0;
+    for (; first + 16 <= block_size && first < valid; first += 16)
+      score_chunks<E, 2>(keys_t, block_size, first, query, head_dim, scale, scores + start + first,
+                         valid - first);
+    if (first < valid)
+      score_chunks<E, 1>(keys_t, block_size, first, query, head_dim, scale, scores + start + first,
+                         valid - first);
+  }
+}
+
+/// out[d0, d0 + 8 * kVectors) of the weighted sum of value rows.
+template <typename E, int kVectors>
+void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
+                     std::size_t d0, float* __restrict__ out) {
+  const std::size_t block_size = h.kv->block_size();
+  const std::size_t head_dim = h.kv->head_dim();
+  __m256 acc[kVectors];
+  for (int v = 0; v < kVectors; ++v)
+    acc[v] = _mm256_setzero_ps();
+  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
+  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
+    const typename E::T* rows = values_of<E>(h, h.pages[page]) + d0;
+    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+    if (d0 == 0 && start + block_size < context)
+      prefetch_bytes(values_of<E>(h, h.pages[page + 1]), block_bytes);
+    for (std::size_t cell = 0; cell < valid; ++cell) {
+      const __m256 p = _mm256_set1_ps(probs[start + cell]);
+      const typename E::T* row = rows + cell * head_dim;
+      for (int v = 0; v < kVectors; ++v)
+        acc[v] = _mm256_fmadd_ps(p, E::load8(row + 8 * v), acc[v]);
+    }
+  }
+  for (int v = 0; v < kVectors; ++v)
+    _mm256_storeu_ps(out + d0 + 8 * v, acc[v]);
+}
+
+/// weighted_values for one dimension: the same operations per lane.
+template <typename E>
+float weighted_value(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
+                     std::size_t d) {
+  const std::size_t block_size = h.kv->block_size();
+  const std::size_t head_dim = h.kv->head_dim();
+  float acc = 0.0f;
+  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
+    const typename E::T* rows = values_of<E>(h, h.pages[page]) + d;
+    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+    for (std::size_t cell = 0; cell < valid; ++cell)
+      acc = std::fma(probs[start + cell], E::load1(rows + cell * head_dim), acc);
+  }
+  return acc;
+}
+
+template <typename E>
+void attend(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
+            std::uint32_t group, float scale, float* __restrict__ scores, float* __restrict__ out) {
+  const std::size_t head_dim = h.kv->head_dim();
+  for (std::uint32_t g = 0; g < group; ++g) {
+    score_positions<E>(h, context, queries + g * head_dim, scale, scores);
+    softmax_f32(scores, context);
+    float* head_out = out + g * head_dim;
+    // Eight accumulators at a time keep the value rows' loads ahead of the
+    // fmas without spilling.
+    std::size_t d = 0;
+    for (; d + 64 <= head_dim; d += 64)
+      weighted_values<E, 8>(h, context, scores, d, head_out);
+    for (; d + 32 <= head_dim; d += 32)
+      weighted_values<E, 4>(h, context, scores, d, head_out);
+    for (; d + 8 <= head_dim; d += 8)
+      weighted_values<E, 1>(h, context, scores, d, head_out);
+    for (; d < head_dim; ++d)
+      head_out[d] = weighted_value<E>(h, context, scores, d);
+  }
+}
+
+/// Rounds to nearest even, as ggml's GGML_FP32_TO_FP16.
+std::uint16_t to_half(float x) {
+  return static_cast<std::uint16_t>(
+      _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x), _MM_FROUND_TO_NEAREST_INT), 0));
+}
+
+} // namespace
+
+void paged_attention(const PagedKvHead& head, std::uint32_t context,
+                     const float* __restrict__ queries, std::uint32_t group, float scale,
+                     float* __restrict__ scores, float* __restrict__ out) {
+  if (head.kv->type() == KvCacheType::F16)
+    attend<F16Elements>(head, context, queries, group, scale, scores, out);
+  else
+    attend<F32Elements>(head, context, queries, group, scale, scores, out);
+}
+
+void store_kv_head(KvStorage& kv, std::uint32_t layer, BlockId block, std::uint32_t kv_head,
+                   std::uint32_t cell, const float* __restrict__ key,
+                   const float* __restrict__ value) {
+  const std::size_t block_size = kv.block_size();
+  const std::size_t head_dim = kv.head_dim();
+  if (kv.type() == KvCacheType::F16) {
+    auto* keys_t = reinterpret_cast<std::uint16_t*>(kv.keys(layer, block, kv_head));
+    auto* row = reinterpret_cast<std::uint16_t*>(kv.values(layer, block, kv_head)) +
+                std::size_t{cell} * head_dim;
+    for (std::size_t d = 0; d < head_dim; ++d) {
+      keys_t[d * block_size + cell] = to_half(key[d]);
+      row[d] = to_half(value[d]);
+    }
+    return;
+  }
+  auto* keys_t = reinterpret_cast<float*>(kv.keys(layer, block, kv_head));
+  for (std::size_t d = 0; d < head_dim; ++d)
+    keys_t[d * block_size + cell] = key[d];
+  std::copy_n(value, head_dim,
+              reinterpret_cast<float*>(kv.values(layer, block, kv_head)) +
+                  std::size_t{cell} * head_dim);
+}
+
+} // namespace caflm

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "caflm/kv/kv_storage.hpp"
+
+// Attention over the paged CPU KV cache (caflm/kv/kv_storage.hpp), F16 or F32.
+//
+// One call handles one token and one KV head: the `group` query heads that
+// share that KV head (grouped-query attention) read its keys and values from
+// L1 after the first head brings them in, so each KV head's cache is read
+// from memory once per token, not once per query head.
+//
+// Batch invariance: every result depends only on the token's query, its own
+// sequence's cache and the context length, in one fixed order:
+// - score[pos] = ((a0 + a1) + (a2 + a3)) * scale, where each a_j starts at 0
+//   and takes fma(q[d], k[pos][d], a_j) for d = j, j + 4, j + 8, ... in order;
+// - the scores pass through softmax_f32 (caflm/cpu/cpu_kernels.hpp);
+// - out[d] starts at 0 and takes fma(p[pos], v[pos][d], out[d]) for
+//   pos = 0, 1, ... in order.
+// The vector kernels put positions (scores) or dimensions (the weighted sum)
+// in lanes and the scalar tails run the same operations one lane at a time,
+// so the bits depend neither on the block size nor on the instruction set.
+
+namespace caflm {
+
+/// Where one sequence's cache lies for one layer and KV head.
+struct PagedKvHead {
+  const KvStorage* kv;
+  std::uint32_t layer;
+  std::uint32_t kv_head;
+  const BlockId* pages; // [ceil(context / block_size)] the sequence's block table
+};
+
+/// Attention of `group` consecutive query heads to positions [0, context) of
+/// the cache `head`: softmax(q · K^T * scale) · V for each.
+/// - queries: [group, head_dim]; scores: scratch of [context]; out: [group, head_dim]
+void paged_attention(const PagedKvHead& head, std::uint32_t context,
+                     const float* __restrict__ queries, std::uint32_t group, float scale,
+                     float* __restrict__ scores, float* __restrict__ out);
+
+/// Writes one token's key and value of one KV head into `cell` of `block`,
+/// converted to the cache's type (F16: round to nearest even, as ggml does).
+/// - key, value: [head_dim]
+void store_kv_head(KvStorage& kv, std::uint32_t layer, BlockId block, std::uint32_t kv_head,
+                   std::uint32_t cell, const float* __restrict__ key,
+                   const float* __restrict__ value);
+
+} // namespace caflm
