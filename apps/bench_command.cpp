@@ -33,6 +33,7 @@ struct BenchOptions {
   std::vector<std::uint32_t> concurrency{1, 4, 16, 32};
   Device device = Device::Auto;
   GpuMemory gpu_memory;
+  KvCacheType kv_cache_type = KvCacheType::F32;
   bool json = false;
   bool kv_waste = true;
 };
@@ -66,7 +67,7 @@ struct ModelCost {
   double kv_bytes_per_position = 0.0;
 };
 
-ModelCost model_cost(const Model& model) {
+ModelCost model_cost(const Model& model, KvCacheType kv_cache_type) {
   const GgufFile& file = model.file();
   const ModelConfig& config = model.config();
   ModelCost cost;
@@ -81,7 +82,8 @@ ModelCost model_cost(const Model& model) {
   cost.output_flops = 2.0 * double(config.vocab_size) * double(config.dim);
   cost.attention_flops_per_position =
       4.0 * double(config.n_layers) * double(config.n_heads) * double(config.head_dim);
-  cost.kv_bytes_per_position = double(cpu_kv_block_bytes(config)) / double(kCpuKvBlockSize);
+  cost.kv_bytes_per_position =
+      double(cpu_kv_block_bytes(config, kv_cache_type)) / double(kCpuKvBlockSize);
   return cost;
 }
 
@@ -123,7 +125,7 @@ make_cpu_bench_engine(const std::shared_ptr<const Model>& model,
                       const std::shared_ptr<const Tokenizer>& tokenizer, EngineOptions sizing,
                       std::uint32_t sequences) {
   const std::uint64_t blocks = std::uint64_t{sequences} * cpu_kv_blocks_for(sizing.max_context) + 1;
-  sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config());
+  sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config(), sizing.kv_cache_type);
   EngineConfig config = cpu_engine_config(*model, sizing);
   config.prefix_caching = false;
   return make_cpu_engine(model, tokenizer, config);
@@ -162,13 +164,15 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
   EngineOptions sizing;
   sizing.device = options.device; // resolved by run_bench
   sizing.gpu_memory = options.gpu_memory;
+  sizing.kv_cache_type = options.kv_cache_type;
   sizing.max_context = options.prompt_tokens + options.gen_tokens + 1; // checked in run_bench
   sizing.max_requests = sizing.max_running = std::max(concurrency, 1u);
   std::unique_ptr<InferenceEngine> engine;
   std::uint64_t kv_cache_bytes = 0;
   if (options.device == Device::Cpu) {
     engine = make_cpu_bench_engine(model, tokenizer, sizing, concurrency);
-    kv_cache_bytes = engine->load().total_blocks * cpu_kv_block_bytes(model->config());
+    kv_cache_bytes =
+        engine->load().total_blocks * cpu_kv_block_bytes(model->config(), options.kv_cache_type);
   } else {
     // The GPU's KV cache comes from --gpu-memory. Prefix caching stays on:
     // random prompts never hit it.
@@ -219,6 +223,7 @@ nlohmann::json measure_kv_waste(const std::shared_ptr<const Model>& model,
   const std::uint32_t max_gen = 2 * options.gen_tokens;
   EngineOptions sizing;
   sizing.device = Device::Cpu;
+  sizing.kv_cache_type = options.kv_cache_type;
   sizing.max_context =
       std::min<std::uint32_t>(max_prompt + max_gen + 1, model->config().context_length);
   sizing.max_requests = sizing.max_running = concurrency;
@@ -272,7 +277,7 @@ void run_bench(const BenchOptions& options) {
   warm_up.prompt_tokens = std::min<std::uint32_t>(options.prompt_tokens, 16);
   warm_up.gen_tokens = 2;
   run_one(model, tokenizer, warm_up, 1);
-  const ModelCost cost = model_cost(*model);
+  const ModelCost cost = model_cost(*model, options.kv_cache_type);
   const std::uint64_t file_bytes = std::filesystem::file_size(options.model);
   const std::uint64_t resident_after_load = resident_bytes();
   // The machine's read bandwidth, on the threads the CPU runner uses: what
@@ -284,6 +289,7 @@ void run_bench(const BenchOptions& options) {
   report["model"] = options.model;
   report["device"] = to_string(resolved.device);
   report["threads"] = omp_get_max_threads();
+  report["kv_cache_type"] = to_string(options.kv_cache_type);
   report["file_bytes"] = file_bytes;
   report["resident_bytes_after_load"] = resident_after_load;
   report["read_bandwidth_gb_s"] = bandwidth > 0.0 ? nlohmann::json(bandwidth / 1e9) : nullptr;
@@ -291,9 +297,10 @@ void run_bench(const BenchOptions& options) {
   if (!options.json) {
     // Every weight has been read once now; what is resident beyond the file
     // is the warm-up engine's buffers (freed) and the runtime.
-    std::printf("# %s on %s, %d threads: file %s, resident after load and warm-up %s",
+    std::printf("# %s on %s, %d threads, %s KV cache: file %s, resident after load and warm-up %s",
                 options.model.c_str(), to_string(resolved.device), omp_get_max_threads(),
-                human_bytes(file_bytes).c_str(), human_bytes(resident_after_load).c_str());
+                to_string(options.kv_cache_type), human_bytes(file_bytes).c_str(),
+                human_bytes(resident_after_load).c_str());
     if (bandwidth > 0.0)
       std::printf(", read bandwidth %.1f GB/s", bandwidth / 1e9);
     std::printf("\n%6s %14s %14s %14s %14s %10s %12s %12s\n", "B", "prefill tok/s", "decode tok/s",
@@ -358,6 +365,7 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   add_device_options(*cmd, options->device, options->gpu_memory);
+  add_kv_cache_type_option(*cmd, options->kv_cache_type);
   cmd->add_flag("--json", options->json,
                 "Print one JSON object: the machine, and a result per batch size");
   cmd->add_flag("!--no-kv-waste", options->kv_waste,

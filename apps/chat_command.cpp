@@ -36,6 +36,7 @@ struct ChatOptions {
   std::uint64_t kv_cache_mb = 1024;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
+  KvCacheType kv_cache_type = KvCacheType::F32;
   std::uint32_t max_context = 0;
   bool show_prompt = false;
   SamplingParams params;
@@ -139,6 +140,7 @@ void run_chat(const ChatOptions& options, caf::actor_system& system) {
                                     : ChatTemplate::builtin(options.chat_template, model->file());
   ClusterOptions cluster_options;
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
+  cluster_options.kv_cache_type = options.kv_cache_type;
   cluster_options.max_context = options.max_context;
   cluster_options.device = options.device;
   cluster_options.gpu_memory = options.gpu_memory;
@@ -203,6 +205,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_flag("--show-prompt", options->show_prompt,
                 "Print each rendered prompt on standard error");
   add_device_options(*cmd, options->device, options->gpu_memory);
+  add_kv_cache_type_option(*cmd, options->kv_cache_type);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache, MiB")
       ->check(at_least_one())
       ->capture_default_str();

@@ -40,6 +40,7 @@ struct GenerateOptions {
   std::uint64_t kv_cache_mb = 1024;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
+  KvCacheType kv_cache_type = KvCacheType::F32;
   std::uint32_t max_context = 0;
   std::uint32_t max_in_flight = 64;
   double deadline_s = 0;
@@ -255,6 +256,7 @@ void run_generate(GenerateOptions& options, caf::actor_system& system) {
   if (cluster_options.replicas == 0 && options.workers.empty())
     throw std::invalid_argument("no engine: give --replicas or --worker");
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
+  cluster_options.kv_cache_type = options.kv_cache_type;
   cluster_options.device = options.device;
   cluster_options.gpu_memory = options.gpu_memory;
   cluster_options.max_context = options.max_context;
@@ -310,6 +312,7 @@ void add_generate_command(CLI::App& app) {
   add_tls_options(*cmd, options->tls);
   add_request_limit_options(*cmd, options->requests);
   add_device_options(*cmd, options->device, options->gpu_memory);
+  add_kv_cache_type_option(*cmd, options->kv_cache_type);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local replica, MiB")
       ->check(at_least_one())
       ->capture_default_str();

@@ -26,6 +26,7 @@ struct InspectOptions {
   std::string file;
   std::uint32_t context = 0; // 0: the model's
   std::uint32_t replicas = 1;
+  KvCacheType kv_cache_type = KvCacheType::F32;
   bool json = false;
 };
 
@@ -116,8 +117,10 @@ MemoryEstimate estimate_memory(const Model& model, std::uint64_t weight_bytes,
   estimate.context = options.context == 0 ? m.context_length : options.context;
   EngineOptions engine;
   engine.max_context = estimate.context;
+  engine.kv_cache_type = options.kv_cache_type;
   // Whole blocks, as the pool allocates them.
-  engine.kv_cache_bytes = cpu_kv_blocks_for(estimate.context) * cpu_kv_block_bytes(m);
+  engine.kv_cache_bytes =
+      cpu_kv_blocks_for(estimate.context) * cpu_kv_block_bytes(m, options.kv_cache_type);
   const EngineConfig config = cpu_engine_config(model, engine);
   estimate.weight_bytes = weight_bytes;
   estimate.kv_bytes_per_replica = engine.kv_cache_bytes;
@@ -183,6 +186,7 @@ void run_inspect(const InspectOptions& options) {
     if (memory) {
       out["memory"] = {{"context", memory->context},
                        {"replicas", options.replicas},
+                       {"kv_cache_type", to_string(options.kv_cache_type)},
                        {"weight_bytes", memory->weight_bytes},
                        {"kv_cache_bytes_per_replica", memory->kv_bytes_per_replica},
                        {"engine_bytes_per_replica", memory->engine_bytes_per_replica},
@@ -245,6 +249,7 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--replicas", options->replicas, "Engine replicas to size for")
       ->check(at_least_one())
       ->capture_default_str();
+  add_kv_cache_type_option(*cmd, options->kv_cache_type);
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->callback([options] { run_inspect(*options); });
 }

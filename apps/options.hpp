@@ -55,6 +55,10 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& params,
 /// auto: CUDA when a device is usable, else the CPU (said once).
 void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory);
 
+/// Adds `--kv-cache-type f32|f16` to `cmd`, filling `type` (which must
+/// outlive the parse); the default is f32.
+void add_kv_cache_type_option(CLI::App& cmd, KvCacheType& type);
+
 /// Adds `--tls-cert`, `--tls-key` and `--tls-ca` to `cmd`: the node's
 /// certificate and key and the cluster's CA for mutual TLS with other caflm
 /// nodes (see `caflm certs`), written to `tls`, which must outlive the parse.

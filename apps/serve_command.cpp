@@ -41,6 +41,7 @@ struct ServeOptions {
   std::uint32_t max_context = 0;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
+  KvCacheType kv_cache_type = KvCacheType::F32;
   std::string routing = "prefix";
   std::size_t threads = 2;
   double connect_timeout_s = 10;
@@ -71,6 +72,7 @@ void run_serve(const ServeOptions& options, caf::actor_system& system,
   cluster_options.limits.token_flush_interval = options.token_flush;
   cluster_options.requests = options.requests;
   cluster_options.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
+  cluster_options.kv_cache_type = options.kv_cache_type;
   cluster_options.max_context = options.max_context;
   cluster_options.device = options.device;
   cluster_options.gpu_memory = options.gpu_memory;
@@ -156,6 +158,7 @@ void add_serve_command(CLI::App& app) {
   add_request_limit_options(*cmd, options->requests);
   add_chat_template_option(*cmd, options->chat_template);
   add_device_options(*cmd, options->device, options->gpu_memory);
+  add_kv_cache_type_option(*cmd, options->kv_cache_type);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache of each local CPU engine, MiB")
       ->check(at_least_one())
       ->capture_default_str();

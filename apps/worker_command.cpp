@@ -35,6 +35,7 @@ struct WorkerOptions {
   std::uint64_t kv_cache_mb = 1024;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
+  KvCacheType kv_cache_type = KvCacheType::F32;
   std::uint32_t max_context = 0;
   TlsOptions tls;
   bool insecure = false;
@@ -66,6 +67,7 @@ void run_worker(const WorkerOptions& options) {
   EngineOptions sizing;
   sizing.requests = options.requests;
   sizing.kv_cache_bytes = mebibytes(options.kv_cache_mb, "--kv-cache-mb");
+  sizing.kv_cache_type = options.kv_cache_type;
   sizing.max_context = options.max_context;
   sizing.device = resolve_device(options.device);
   sizing.gpu_memory = options.gpu_memory;
@@ -155,6 +157,7 @@ void add_worker_command(CLI::App& app) {
   add_token_flush_option(*cmd, options->limits.token_flush_interval);
   add_request_limit_options(*cmd, options->requests);
   add_device_options(*cmd, options->device, options->gpu_memory);
+  add_kv_cache_type_option(*cmd, options->kv_cache_type);
   cmd->add_option("--kv-cache-mb", options->kv_cache_mb, "KV cache size in MiB (honoured)")
       ->check(at_least_one())
       ->capture_default_str();

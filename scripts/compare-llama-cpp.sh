@@ -9,6 +9,7 @@
 #
 # Usage: scripts/compare-llama-cpp.sh [--caflm BIN] [--out DIR] [--rounds N]
 #          [--types "f32 f16 q8_0 q4_k_m"] [--threads T] [--concurrency 1,2,4,...]
+#          [--kv-cache-type f32|f16]   (caflm's; llama.cpp keeps its default, f16)
 # Needs: tools/llama_cpp installed (npm install there), python3-matplotlib
 # for the plot. Timings on a shared machine vary: only ratios in one run
 # mean anything.
@@ -20,6 +21,7 @@ rounds=3
 types="f32 f16 q8_0 q4_k_m"
 threads=2
 concurrency="1,2,4,8,16,32,64"
+kv_cache_type=f32
 vocab="$root/../shared/testdata/vocab/ggml-vocab-llama-spm.gguf"
 while (($#)); do
   case $1 in
@@ -30,6 +32,7 @@ while (($#)); do
   --threads) threads=$2; shift 2 ;;
   --concurrency) concurrency=$2; shift 2 ;;
   --vocab) vocab=$2; shift 2 ;;
+  --kv-cache-type) kv_cache_type=$2; shift 2 ;;
   *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +53,7 @@ for type in $types; do
     # Decode at every concurrency for the plot; prefill at B=1 and decode at
     # 1 and 32 for the table come out of the same runs.
     OMP_NUM_THREADS=$threads "$caflm" bench --model "$model" --device cpu --prompt-tokens 128 \
-      --gen-tokens 64 --concurrency "$concurrency" --no-kv-waste --json \
+      --gen-tokens 64 --concurrency "$concurrency" --kv-cache-type "$kv_cache_type" --no-kv-waste --json \
       >"$out/caflm-$type-$round.json"
     node "$root/tools/llama_cpp/batched-bench.mjs" --model "$model" --npp 128 --ntg 64 \
       --npl "$concurrency" --threads "$threads" --repeat 1 >"$out/llama-$type-$round.jsonl" 2>/dev/null

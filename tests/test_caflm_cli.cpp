@@ -323,6 +323,21 @@ TEST_CASE("bench --json reports the machine and a result per batch size") {
                       "--gen-tokens");
   check_clean_failure(run_caflm({"bench", "--model", model.string(), "--concurrency", "2,0"}),
                       "concurrency");
+  CHECK(out["kv_cache_type"] == "f32");
+
+  SECTION("an F16 KV cache takes half the bytes for the same sequences") {
+    const auto f16 = parse_json(run_caflm(
+        {"bench", "--model", model.string(), "--device", "cpu", "--prompt-tokens", "8",
+         "--gen-tokens", "4", "--concurrency", "1,2", "--kv-cache-type", "f16", "--json"}));
+    INFO(f16.dump());
+    CHECK(f16["kv_cache_type"] == "f16");
+    REQUIRE(f16["results"].size() == 2);
+    for (std::size_t i = 0; i < 2; ++i)
+      CHECK(2 * f16["results"][i]["kv_cache_bytes"].get<std::uint64_t>() ==
+            results[i]["kv_cache_bytes"].get<std::uint64_t>());
+    check_clean_failure(run_caflm({"bench", "--model", model.string(), "--kv-cache-type", "q8_0"}),
+                        "--kv-cache-type");
+  }
 }
 
 TEST_CASE("--device auto falls back to the CPU saying so once; --device cuda never does") {

@@ -49,6 +49,31 @@ TEST_CASE("the KV budget is honoured and the context cut to what it holds") {
   }
 }
 
+TEST_CASE("an F16 KV cache holds twice the blocks of an F32 one in the same budget") {
+  auto model = small_model(2048);
+  EngineOptions options;
+  options.kv_cache_bytes = 40 * kBlockBytes;
+  options.kv_cache_type = KvCacheType::F16;
+  const EngineConfig config = cpu_engine_config(*model, options);
+  CHECK(config.kv_cache_type == KvCacheType::F16);
+  CHECK(config.kv_blocks == 80);
+  CHECK(cpu_kv_block_bytes(model->config(), KvCacheType::F16) * 2 == kBlockBytes);
+  auto engine = make_cpu_engine(model, config);
+  CHECK(engine->load().total_blocks == 80);
+  // It runs: a request decodes to its end.
+  GenerationRequest request;
+  request.id = 1;
+  request.prompt = {1, 2, 3, 4, 5};
+  request.params.max_tokens = 6;
+  request.params.ignore_eos = true;
+  REQUIRE_FALSE(engine->add(request));
+  std::size_t tokens = 0;
+  while (engine->has_work())
+    for (const TokenEvent& event : engine->step())
+      tokens += event.request_id == 1;
+  CHECK(tokens == 6);
+}
+
 TEST_CASE("a budget that holds no block, or sizes that overflow, are refused with a reason") {
   auto model = small_model(2048);
   EngineOptions options;

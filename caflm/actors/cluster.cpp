@@ -141,6 +141,7 @@ void Cluster::start(std::shared_ptr<const Model> model) {
     EngineOptions engine_options;
     engine_options.device = resolve_device(options_.device);
     engine_options.kv_cache_bytes = options_.kv_cache_bytes;
+    engine_options.kv_cache_type = options_.kv_cache_type;
     engine_options.gpu_memory = options_.gpu_memory;
     engine_options.max_context = options_.max_context;
     engine_options.requests = options_.requests;

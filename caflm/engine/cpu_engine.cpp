@@ -42,9 +42,8 @@ std::size_t available_memory_bytes() {
 
 } // namespace
 
-std::uint64_t cpu_kv_block_bytes(const ModelConfig& m) {
-  std::uint64_t bytes =
-      checked_product(2ull * kv_element_bytes(kCpuKvCacheType), m.n_layers, "a KV block");
+std::uint64_t cpu_kv_block_bytes(const ModelConfig& m, KvCacheType type) {
+  std::uint64_t bytes = checked_product(2ull * kv_element_bytes(type), m.n_layers, "a KV block");
   bytes = checked_product(bytes, kCpuKvBlockSize, "a KV block");
   return checked_product(bytes, m.kv_dim(), "a KV block");
 }
@@ -62,14 +61,15 @@ EngineConfig cpu_engine_config(const Model& model, const EngineOptions& options)
   s.max_running = std::clamp<std::uint32_t>(options.max_running, 1, s.max_requests);
   s.block_size = kCpuKvBlockSize;
   s.token_budget = 512;
-  const std::uint64_t block_bytes = cpu_kv_block_bytes(m);
+  config.kv_cache_type = options.kv_cache_type;
+  const std::uint64_t block_bytes = cpu_kv_block_bytes(m, config.kv_cache_type);
   const std::uint64_t blocks = options.kv_cache_bytes / block_bytes;
   if (blocks == 0)
     throw std::invalid_argument(fmt::format(
         "a KV cache of {} holds no block: one block of {} tokens takes {} ({} layers, K and V of "
         "{} {} values per token)",
         human_bytes(options.kv_cache_bytes), s.block_size, human_bytes(block_bytes), m.n_layers,
-        m.kv_dim(), to_string(kCpuKvCacheType)));
+        m.kv_dim(), to_string(config.kv_cache_type)));
   // The pool counts blocks in 32 bits; no machine holds that many anyway.
   config.kv_blocks = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(blocks, std::numeric_limits<std::uint32_t>::max() - 1));
@@ -89,7 +89,8 @@ std::size_t cpu_engine_bytes(const Model& model, const EngineConfig& config) {
   const ModelConfig& m = model.config();
   const SchedulerConfig& s = config.scheduler;
   const std::uint64_t f = sizeof(float);
-  const std::uint64_t kv = checked_product(config.kv_blocks, cpu_kv_block_bytes(m), "the KV cache");
+  const std::uint64_t kv = checked_product(
+      config.kv_blocks, cpu_kv_block_bytes(m, config.kv_cache_type), "the KV cache");
   const std::uint64_t pool_tokens = std::uint64_t{config.kv_blocks} * s.block_size;
   // Tokens of every slot, and the prefix cache's copy of every cached block.
   const std::uint64_t table =
@@ -112,7 +113,7 @@ std::unique_ptr<InferenceEngine> make_cpu_engine(std::shared_ptr<const Model> mo
   limits.max_context = config.scheduler.max_context;
   limits.kv_blocks = config.kv_blocks;
   limits.block_size = config.scheduler.block_size;
-  limits.kv_type = kCpuKvCacheType;
+  limits.kv_type = config.kv_cache_type;
   const std::uint64_t salt = model->cache_salt();
   const std::size_t bytes = cpu_engine_bytes(*model, config);
   try {

@@ -17,15 +17,10 @@ struct ModelConfig;
 /// Tokens per KV block of a CPU engine.
 inline constexpr std::uint32_t kCpuKvBlockSize = 16;
 
-/// The element type of a CPU engine's KV cache: F32, so that log-probabilities
-/// agree with llama.cpp's run with an F32 cache to 1e-3 (an F16 cache moves
-/// them by up to 0.015 on the reference model).
-inline constexpr KvCacheType kCpuKvCacheType = KvCacheType::F32;
-
 /// Bytes of one KV block of a CPU engine: K and V of every layer, in
-/// kCpuKvCacheType, for kCpuKvBlockSize tokens. Throws std::invalid_argument when that
+/// `type`, for kCpuKvBlockSize tokens. Throws std::invalid_argument when that
 /// overflows.
-std::uint64_t cpu_kv_block_bytes(const ModelConfig& config);
+std::uint64_t cpu_kv_block_bytes(const ModelConfig& config, KvCacheType type = KvCacheType::F32);
 
 /// The KV blocks `tokens` of one sequence take (whole blocks).
 std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens);

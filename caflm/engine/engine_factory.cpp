@@ -46,8 +46,17 @@ Device resolve_device(Device requested) {
 std::unique_ptr<InferenceEngine> make_engine(std::shared_ptr<const Model> model,
                                              std::shared_ptr<const Tokenizer> tokenizer,
                                              const EngineOptions& options) {
-  if (resolve_device(options.device) == Device::Cuda)
+  if (resolve_device(options.device) == Device::Cuda) {
+    if (options.kv_cache_type != KvCacheType::F32) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        log(LogLevel::Warning,
+            "a CUDA engine keeps its KV cache in f32; the KV cache type {} "
+            "applies to CPU engines only",
+            to_string(options.kv_cache_type));
+    }
     return make_cuda_engine(std::move(model), std::move(tokenizer), options);
+  }
   const EngineConfig config = cpu_engine_config(*model, options);
   check_available_memory(double(cpu_engine_bytes(*model, config)),
                          "the engine's KV cache and buffers");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "caflm/engine/request_limits.hpp"
+#include "caflm/kv/kv_storage.hpp"
 #include "caflm/sampling/sampler.hpp"
 #include "caflm/sampling/sampling_params.hpp"
 #include "caflm/scheduler/step.hpp"
@@ -115,6 +116,8 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   /// Physical KV blocks of `scheduler.block_size` tokens.
   std::uint32_t kv_blocks = 1024;
+  /// The element type of a CPU backend's KV cache.
+  KvCacheType kv_cache_type = KvCacheType::F32;
   bool prefix_caching = true;
   /// What one request may ask; the engine refuses (and ends) those beyond.
   RequestLimits requests;

@@ -8,6 +8,14 @@ const char* to_string(KvCacheType type) {
   return type == KvCacheType::F16 ? "f16" : "f32";
 }
 
+std::optional<KvCacheType> parse_kv_cache_type(std::string_view name) {
+  if (name == "f16")
+    return KvCacheType::F16;
+  if (name == "f32")
+    return KvCacheType::F32;
+  return std::nullopt;
+}
+
 std::size_t kv_element_bytes(KvCacheType type) {
   return type == KvCacheType::F16 ? 2 : 4;
 }

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "caflm/kv/block_pool.hpp"
@@ -16,6 +18,9 @@ enum class KvCacheType {
 
 /// "f16" or "f32".
 const char* to_string(KvCacheType type);
+
+/// The type named `name` ("f16", "f32"), or std::nullopt.
+std::optional<KvCacheType> parse_kv_cache_type(std::string_view name);
 
 /// Bytes of one cached element.
 std::size_t kv_element_bytes(KvCacheType type);
