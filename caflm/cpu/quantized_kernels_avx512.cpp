@@ -207,6 +207,10 @@ __attribute__((flatten)) void super_block(const GroupProblem& p, size_t row0, si
 
 template <Legacy kMode>
 struct LegacyKernel {
+  // 4 x 4: a row's work per pair of blocks (its load, its scales and the
+  // offset correction, a dpbusd of its own) serves 4 columns instead of 2;
+  // at 4 x 2 that work was a third of the kernel's vector operations.
+  static constexpr int kWideNR = 4;
   template <int MR, int NR>
   static void block(const GroupProblem& p, size_t row0, size_t col0) {
     legacy_block<MR, NR, kMode>(p, row0, col0);
@@ -215,21 +219,26 @@ struct LegacyKernel {
 
 template <bool kOffset>
 struct Super {
+  // 4 x 2: 4 x 4 would need 16 integer sums beside 16 accumulators, more
+  // than the 32 registers (measured slower, as was 2 x 4).
+  static constexpr int kWideNR = 2;
   template <int MR, int NR>
   static void block(const GroupProblem& p, size_t row0, size_t col0) {
     super_block<MR, NR, kOffset>(p, row0, col0);
   }
 };
 
-// All rows of x against the group's columns: 4 rows x 2 columns at a time
-// (1 x 4 for rows left over), single columns in a ragged last group.
+// All rows of x against the group's columns: 4 rows x Kernel::kWideNR
+// columns at a time (1 x 4 for rows left over), single columns in a ragged
+// last group.
 template <typename Kernel>
 void sweep(const GroupProblem& p) {
+  static_assert(4 % Kernel::kWideNR == 0, "the column group is 4 wide");
   size_t row = 0;
   for (; row + 4 <= p.m; row += 4) {
     if (p.cols == 4) {
-      Kernel::template block<4, 2>(p, row, 0);
-      Kernel::template block<4, 2>(p, row, 2);
+      for (int col = 0; col < 4; col += Kernel::kWideNR)
+        Kernel::template block<4, Kernel::kWideNR>(p, row, col);
     } else {
       for (size_t col = 0; col < p.cols; ++col) {
         Kernel::template block<4, 1>(p, row, col);
