@@ -1,15 +1,16 @@
-// Throughput of the CPU kernels of caflm/cpu/cpu_matmul.hpp and caflm/cpu/cpu_kernels.hpp,
-// with OpenBLAS's cblas_sgemm on the same shapes for comparison (caflm does not
-// use it: see caflm/cpu/cpu_matmul.hpp). Run OpenBLAS and caflm benchmarks in
-// separate invocations (--benchmark_filter) so one library's idle spinning
-// threads do not slow the other.
+// Throughput of the CPU kernels of caflm/cpu/cpu_matmul.hpp, cpu_kernels.hpp and
+// paged_attention.hpp, with OpenBLAS's cblas_sgemm on the same shapes for comparison (caflm does
+// not use it: see caflm/cpu/cpu_matmul.hpp). Run OpenBLAS and caflm benchmarks in separate
+// invocations (--benchmark_filter) so one library's idle spinning threads do not slow the other.
 #include "caflm/cpu/cpu_kernels.hpp"
 #include "caflm/cpu/cpu_matmul.hpp"
+#include "caflm/cpu/paged_attention.hpp"
 #include "caflm/gguf/quantize.hpp"
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -201,3 +202,49 @@ BENCHMARK(BM_softmax)->Arg(2048)->Arg(32000);
 } // namespace
 
 BENCHMARK_MAIN();
+
+// Args: {F16 (1) or F32 (0) cache, context, query heads per KV head}; one
+// token, 8 KV heads of 128, blocks of 16 scattered over a cache of 8 times
+// the blocks needed. The KV bytes read per second are what attention at
+// many sequences is bound by.
+template <KvCacheType kType>
+void BM_paged_attention(benchmark::State& state) {
+  const auto context = static_cast<uint32_t>(state.range(0));
+  const auto group = static_cast<uint32_t>(state.range(1));
+  constexpr uint32_t kKvHeads = 8, kHeadDim = 128, kBlockSize = 16;
+  const uint32_t pages = (context + kBlockSize - 1) / kBlockSize;
+  const uint32_t n_blocks = 8 * pages;
+  KvStorage kv(kType, 1, n_blocks, kBlockSize, kKvHeads, kHeadDim);
+  const std::vector<float> row = random_vector(kHeadDim, 3);
+  std::vector<BlockId> table(pages);
+  for (uint32_t p = 0; p < pages; ++p)
+    table[p] = (p * 7919u) % n_blocks; // spread, as a long-running pool's blocks are
+  for (uint32_t pos = 0; pos < context; ++pos)
+    for (uint32_t h = 0; h < kKvHeads; ++h)
+      store_kv_head(kv, 0, table[pos / kBlockSize], h, pos % kBlockSize, row.data(), row.data());
+  const std::vector<float> queries = random_vector(size_t{kKvHeads} * group * kHeadDim, 4);
+  std::vector<float> out(queries.size()), scores(size_t{group} * context);
+  for (auto _ : state) {
+    for (uint32_t h = 0; h < kKvHeads; ++h)
+      paged_attention(PagedKvHead{&kv, 0, h, table.data()}, context,
+                      queries.data() + size_t{h} * group * kHeadDim, group,
+                      1.0f / std::sqrt(float(kHeadDim)), scores.data(),
+                      out.data() + size_t{h} * group * kHeadDim);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["kv_GB/s"] =
+      benchmark::Counter(2.0 * context * kKvHeads * kHeadDim * kv_element_bytes(kType) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_TEMPLATE(BM_paged_attention, KvCacheType::F32)
+    ->Args({512, 1})
+    ->Args({4096, 1})
+    ->Args({4096, 4})
+    ->ArgNames({"context", "group"})
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_paged_attention, KvCacheType::F16)
+    ->Args({512, 1})
+    ->Args({4096, 1})
+    ->Args({4096, 4})
+    ->ArgNames({"context", "group"})
+    ->UseRealTime();

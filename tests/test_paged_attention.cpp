@@ -63,7 +63,7 @@ std::vector<float> attend(const Sequence& s, KvCacheType type, std::uint32_t blo
     }
   const std::uint32_t group = s.n_heads / s.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  std::vector<float> out(s.queries.size()), scores(s.context);
+  std::vector<float> out(s.queries.size()), scores(std::size_t{heads_per_call} * s.context);
   for (std::uint32_t h = 0; h < s.n_kv_heads; ++h)
     for (std::uint32_t g = 0; g < group; g += heads_per_call) {
       const std::size_t first = (std::size_t{h} * group + g) * s.head_dim;

@@ -39,7 +39,7 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , positions_(limits.max_tokens)
   , token_item_(limits.max_tokens)
   , threads_(omp_get_max_threads())
-  , scores_(std::size_t(threads_) * limits.max_context) {}
+  , scores_(std::size_t(threads_) * limits.max_context * (config_.n_heads / config_.n_kv_heads)) {}
 
 bool CpuModelRunner::valid(const RaggedBatch& batch) const {
   if (batch.item_count > limits_.max_items || batch.token_count > limits_.max_tokens)
@@ -175,7 +175,8 @@ void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& bat
     const std::uint32_t context = static_cast<std::uint32_t>(positions_[row]) + 1; // causal
     const std::size_t first_head =
         std::size_t{row} * config_.q_dim() + std::size_t{kv_head} * group * head_dim;
-    float* scores = scores_.data() + std::size_t(omp_get_thread_num()) * limits_.max_context;
+    float* scores =
+        scores_.data() + std::size_t(omp_get_thread_num()) * limits_.max_context * group;
     paged_attention(cache, context, q_.data() + first_head, group, scale, scores,
                     attn_.data() + first_head);
   }

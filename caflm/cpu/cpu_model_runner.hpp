@@ -70,7 +70,7 @@ class CpuModelRunner : public RaggedBackend {
   std::vector<std::int32_t> positions_;   // [max_tokens]
   std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
   int threads_;                           // OpenMP threads of the attention loop
-  std::vector<float> scores_;             // [threads, max_context]
+  std::vector<float> scores_; // [threads, group, max_context] group: query heads per KV head
 };
 
 } // namespace caflm

@@ -101,10 +101,11 @@ const typename E::T* values_of(const PagedKvHead& h, BlockId block) {
   return reinterpret_cast<const typename E::T*>(h.kv->values(h.layer, block, h.kv_head));
 }
 
-/// scores[pos] for pos < context.
+/// scores[g * context + pos] for every query head g < group and pos <
+/// context: each block's keys meet all the group's queries while in L1.
 template <typename E>
-void score_positions(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ query,
-                     float scale, float* __restrict__ scores) {
+void score_positions(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
+                     std::uint32_t group, float scale, float* __restrict__ scores) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
   const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
@@ -113,85 +114,88 @@ void score_positions(const PagedKvHead& h, std::uint32_t context, const float* _
     const std::size_t valid = std::min<std::size_t>(block_size, context - start);
     if (start + block_size < context)
       prefetch_bytes(keys_of<E>(h, h.pages[page + 1]), block_bytes);
-    if (block_size % 8 != 0) {
-      for (std::size_t cell = 0; cell < valid; ++cell)
-        scores[start + cell] = score_one<E>(keys_t, block_size, cell, query, head_dim, scale);
-      continue;
+    for (std::uint32_t g = 0; g < group; ++g) {
+      const float* query = queries + g * head_dim;
+      float* out = scores + std::size_t{g} * context + start;
+      if (block_size % 8 != 0) {
+        for (std::size_t cell = 0; cell < valid; ++cell)
+          out[cell] = score_one<E>(keys_t, block_size, cell, query, head_dim, scale);
+        continue;
+      }
+      // Lanes past `valid` read cells of this block that hold no key yet;
+      // their scores are computed and dropped.
+      std::size_t first = 0;
+      for (; first + 16 <= block_size && first < valid; first += 16)
+        score_chunks<E, 2>(keys_t, block_size, first, query, head_dim, scale, out + first,
+                           valid - first);
+      if (first < valid)
+        score_chunks<E, 1>(keys_t, block_size, first, query, head_dim, scale, out + first,
+                           valid - first);
     }
-    // Lanes past `valid` read cells of this block that hold no key yet; their
-    // scores are computed and dropped.
-    std::size_t first = 0;
-    for (; first + 16 <= block_size && first < valid; first += 16)
-      score_chunks<E, 2>(keys_t, block_size, first, query, head_dim, scale, scores + start + first,
-                         valid - first);
-    if (first < valid)
-      score_chunks<E, 1>(keys_t, block_size, first, query, head_dim, scale, scores + start + first,
-                         valid - first);
   }
 }
 
-/// out[d0, d0 + 8 * kVectors) of the weighted sum of value rows.
+/// out[d0, d0 + 8 * kVectors) += the weighted value rows of one block's
+/// `valid` cells, one fma per cell in cell order.
 template <typename E, int kVectors>
-void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
-                     std::size_t d0, float* __restrict__ out) {
-  const std::size_t block_size = h.kv->block_size();
-  const std::size_t head_dim = h.kv->head_dim();
+void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_dim,
+                       std::size_t valid, const float* __restrict__ probs, std::size_t d0,
+                       float* __restrict__ out) {
   __m256 acc[kVectors];
   for (int v = 0; v < kVectors; ++v)
-    acc[v] = _mm256_setzero_ps();
-  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
-  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
-    const typename E::T* rows = values_of<E>(h, h.pages[page]) + d0;
-    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    if (d0 == 0 && start + block_size < context)
-      prefetch_bytes(values_of<E>(h, h.pages[page + 1]), block_bytes);
-    for (std::size_t cell = 0; cell < valid; ++cell) {
-      const __m256 p = _mm256_set1_ps(probs[start + cell]);
-      const typename E::T* row = rows + cell * head_dim;
-      for (int v = 0; v < kVectors; ++v)
-        acc[v] = _mm256_fmadd_ps(p, E::load8(row + 8 * v), acc[v]);
-    }
+    acc[v] = _mm256_loadu_ps(out + d0 + 8 * v);
+  for (std::size_t cell = 0; cell < valid; ++cell) {
+    const __m256 p = _mm256_set1_ps(probs[cell]);
+    const typename E::T* row = rows + cell * head_dim + d0;
+    for (int v = 0; v < kVectors; ++v)
+      acc[v] = _mm256_fmadd_ps(p, E::load8(row + 8 * v), acc[v]);
   }
   for (int v = 0; v < kVectors; ++v)
     _mm256_storeu_ps(out + d0 + 8 * v, acc[v]);
 }
 
-/// weighted_values for one dimension: the same operations per lane.
+/// out[g] = sum over pos of probs[g][pos] * v[pos], for every query head g:
+/// each block's value rows meet all the group's weights while in L1. Every
+/// out[g][d] takes its fmas in position order (kept in memory between
+/// blocks, which changes no bit).
 template <typename E>
-float weighted_value(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
-                     std::size_t d) {
+void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
+                     std::uint32_t group, float* __restrict__ out) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  float acc = 0.0f;
+  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
+  std::fill_n(out, std::size_t{group} * head_dim, 0.0f);
   for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
-    const typename E::T* rows = values_of<E>(h, h.pages[page]) + d;
+    const typename E::T* rows = values_of<E>(h, h.pages[page]);
     const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    for (std::size_t cell = 0; cell < valid; ++cell)
-      acc = std::fma(probs[start + cell], E::load1(rows + cell * head_dim), acc);
+    if (start + block_size < context)
+      prefetch_bytes(values_of<E>(h, h.pages[page + 1]), block_bytes);
+    for (std::uint32_t g = 0; g < group; ++g) {
+      const float* p = probs + std::size_t{g} * context + start;
+      float* head_out = out + std::size_t{g} * head_dim;
+      // Eight accumulators at a time keep the rows' loads ahead of the fmas
+      // without spilling.
+      std::size_t d = 0;
+      for (; d + 64 <= head_dim; d += 64)
+        add_weighted_rows<E, 8>(rows, head_dim, valid, p, d, head_out);
+      for (; d + 32 <= head_dim; d += 32)
+        add_weighted_rows<E, 4>(rows, head_dim, valid, p, d, head_out);
+      for (; d + 8 <= head_dim; d += 8)
+        add_weighted_rows<E, 1>(rows, head_dim, valid, p, d, head_out);
+      for (; d < head_dim; ++d)
+        for (std::size_t cell = 0; cell < valid; ++cell)
+          head_out[d] = std::fma(p[cell], E::load1(rows + cell * head_dim + d), head_out[d]);
+    }
   }
-  return acc;
 }
 
 template <typename E>
 void attend(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
             std::uint32_t group, float scale, float* __restrict__ scores, float* __restrict__ out) {
-  const std::size_t head_dim = h.kv->head_dim();
-  for (std::uint32_t g = 0; g < group; ++g) {
-    score_positions<E>(h, context, queries + g * head_dim, scale, scores);
-    softmax_f32(scores, context);
-    float* head_out = out + g * head_dim;
-    // Eight accumulators at a time keep the value rows' loads ahead of the
-    // fmas without spilling.
-    std::size_t d = 0;
-    for (; d + 64 <= head_dim; d += 64)
-      weighted_values<E, 8>(h, context, scores, d, head_out);
-    for (; d + 32 <= head_dim; d += 32)
-      weighted_values<E, 4>(h, context, scores, d, head_out);
-    for (; d + 8 <= head_dim; d += 8)
-      weighted_values<E, 1>(h, context, scores, d, head_out);
-    for (; d < head_dim; ++d)
-      head_out[d] = weighted_value<E>(h, context, scores, d);
-  }
+  score_positions<E>(h, context, queries, group, scale, scores);
+  for (std::uint32_t g = 0; g < group; ++g)
+    softmax_f32(scores + std::size_t{g} * context, context);
+  weighted_values<E>(h, context, scores, group, out);
 }
 
 /// Rounds to nearest even, as ggml's GGML_FP32_TO_FP16.

@@ -7,10 +7,10 @@
 
 // Attention over the paged CPU KV cache (caflm/kv/kv_storage.hpp), F16 or F32.
 //
-// One call handles one token and one KV head: the `group` query heads that
-// share that KV head (grouped-query attention) read its keys and values from
-// L1 after the first head brings them in, so each KV head's cache is read
-// from memory once per token, not once per query head.
+// One call handles one token and one KV head: each block of that head's
+// cache meets all `group` query heads that share it (grouped-query attention)
+// while it is in L1, so the cache is read from memory once per token, not
+// once per query head.
 //
 // Batch invariance: every result depends only on the token's query, its own
 // sequence's cache and the context length, in one fixed order:
@@ -35,7 +35,7 @@ struct PagedKvHead {
 
 /// Attention of `group` consecutive query heads to positions [0, context) of
 /// the cache `head`: softmax(q · K^T * scale) · V for each.
-/// - queries: [group, head_dim]; scores: scratch of [context]; out: [group, head_dim]
+/// - queries: [group, head_dim]; scores: scratch of [group, context]; out: [group, head_dim]
 void paged_attention(const PagedKvHead& head, std::uint32_t context,
                      const float* __restrict__ queries, std::uint32_t group, float scale,
                      float* __restrict__ scores, float* __restrict__ out);
