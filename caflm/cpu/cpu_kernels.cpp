@@ -23,30 +23,6 @@ namespace {
 // choice never changes a result.
 constexpr size_t kParallelMinElements = size_t{1} << 15;
 
-// Lane masks for the last, partial chunk of 8: the 8 - r entries from offset
-// r select the first r lanes.
-alignas(32) constexpr int32_t kTailMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
-                                                    0,  0,  0,  0,  0,  0,  0,  0};
-
-__m256i tail_mask(size_t r) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMaskTable + 8 - r));
-}
-
-// The first `count` <= 8 floats at p in the low lanes, zeros above. Callers
-// pass a constant 8 for whole chunks, where this folds to a plain load.
-__m256 load_lanes(const float* p, size_t count) {
-  return count >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(count));
-}
-
-// Stores the low `count` <= 8 lanes of v to p.
-void store_lanes(float* p, size_t count, __m256 v) {
-  if (count >= 8) {
-    _mm256_storeu_ps(p, v);
-  } else {
-    _mm256_maskstore_ps(p, tail_mask(count), v);
-  }
-}
-
 // Calls body(offset, count) for each chunk of 8 of [0, n), count < 8 only for
 // the last.
 template <typename Body>

@@ -18,13 +18,6 @@ namespace caflm {
 
 namespace {
 
-alignas(32) constexpr int32_t kTailMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
-                                                    0,  0,  0,  0,  0,  0,  0,  0};
-
-__m256i tail_mask(size_t r) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMaskTable + 8 - r));
-}
-
 /// 8 float lanes.
 struct Avx2Simd {
   using V = __m256;

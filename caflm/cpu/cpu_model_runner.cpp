@@ -39,7 +39,7 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , positions_(limits.max_tokens)
   , token_item_(limits.max_tokens)
   , threads_(omp_get_max_threads())
-  , scores_(std::size_t(threads_) * limits.max_context * (config_.n_heads / config_.n_kv_heads)) {}
+  , scores_(std::size_t(threads_) * limits.max_context * config_.query_group()) {}
 
 bool CpuModelRunner::valid(const RaggedBatch& batch) const {
   if (batch.item_count > limits_.max_items || batch.token_count > limits_.max_tokens)
@@ -158,7 +158,7 @@ void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch) {
 void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& batch,
                                      std::uint32_t n_tokens) {
   const std::uint32_t head_dim = config_.head_dim;
-  const std::uint32_t group = config_.n_heads / config_.n_kv_heads;
+  const std::uint32_t group = config_.query_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const std::int64_t work = std::int64_t{n_tokens} * config_.n_kv_heads;
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "caflm/cpu/cpu_kernels.hpp"
+#include "caflm/cpu/simd_helpers.hpp"
 
 namespace caflm {
 
@@ -27,17 +27,6 @@ struct F32Elements {
   static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
   static float load1(const T* p) { return *p; }
 };
-
-/// Stores the first `count` (1..8) lanes of v.
-void store_first(float* p, std::size_t count, __m256 v) {
-  if (count == 8) {
-    _mm256_storeu_ps(p, v);
-    return;
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, v);
-  std::memcpy(p, lanes, count * sizeof(float));
-}
 
 /// Scores of `kChunks` runs of 8 positions of one block whose transposed
 /// keys `keys_t` ([head_dim, block_size]) start at column `first`; stores the
@@ -67,7 +56,7 @@ void score_chunks(const typename E::T* __restrict__ keys_t, std::size_t block_si
   for (int c = 0; c < kChunks && 8 * std::size_t(c) < count; ++c) {
     const __m256 sum =
         _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3]));
-    store_first(scores + 8 * c, std::min<std::size_t>(8, count - 8 * c),
+    store_lanes(scores + 8 * c, std::min<std::size_t>(8, count - 8 * c),
                 _mm256_mul_ps(sum, vscale));
   }
 }

@@ -7,6 +7,8 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <utility>
 
 namespace caflm {
@@ -23,6 +25,31 @@ inline void unrolled_impl(F& f, std::integer_sequence<int, I...>) {
 template <int N, typename F>
 inline void unrolled(F f) {
   unrolled_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+// Lane masks for the last, partial chunk of 8: the 8 - r entries from offset
+// r select the first r lanes.
+alignas(32) constexpr int32_t kTailMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                    0,  0,  0,  0,  0,  0,  0,  0};
+
+/// The first r <= 8 lanes set.
+inline __m256i tail_mask(size_t r) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMaskTable + 8 - r));
+}
+
+/// The first `count` <= 8 floats at p in the low lanes, zeros above. Callers
+/// pass a constant 8 for whole chunks, where this folds to a plain load.
+inline __m256 load_lanes(const float* p, size_t count) {
+  return count >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(count));
+}
+
+/// Stores the low `count` <= 8 lanes of v to p.
+inline void store_lanes(float* p, size_t count, __m256 v) {
+  if (count >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, tail_mask(count), v);
+  }
 }
 
 /// Horizontal sum of 8 lanes in one fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7)).

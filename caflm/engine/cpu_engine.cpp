@@ -101,7 +101,7 @@ std::size_t cpu_engine_bytes(const Model& model, const EngineConfig& config) {
       (2ull * m.dim + 2ull * m.q_dim() + 2ull * m.kv_dim() + 2ull * m.ffn_dim) * f;
   const std::uint64_t logits = std::uint64_t{s.max_requests} * m.vocab_size * f;
   const std::uint64_t scores =
-      std::uint64_t(omp_get_max_threads()) * s.max_context * (m.n_heads / m.n_kv_heads) * f;
+      std::uint64_t(omp_get_max_threads()) * s.max_context * m.query_group() * f;
   return kv + table + activations + logits + scores;
 }
 

@@ -20,7 +20,7 @@ inline constexpr std::uint32_t kCpuKvBlockSize = 16;
 /// Bytes of one KV block of a CPU engine: K and V of every layer, in
 /// `type`, for kCpuKvBlockSize tokens. Throws std::invalid_argument when that
 /// overflows.
-std::uint64_t cpu_kv_block_bytes(const ModelConfig& config, KvCacheType type = KvCacheType::F32);
+std::uint64_t cpu_kv_block_bytes(const ModelConfig& config, KvCacheType type);
 
 /// The KV blocks `tokens` of one sequence take (whole blocks).
 std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens);

@@ -69,6 +69,8 @@ struct ModelConfig {
 
   std::uint32_t q_dim() const { return n_heads * head_dim; }
   std::uint32_t kv_dim() const { return n_kv_heads * head_dim; }
+  /// Query heads that share one KV head (grouped-query attention).
+  std::uint32_t query_group() const { return n_heads / n_kv_heads; }
 };
 
 } // namespace caflm
