@@ -297,6 +297,31 @@ TEST_CASE("top_logprobs: the requested count, most likely first, the chosen one 
   }
 }
 
+TEST_CASE("a token's logprob is reported only when the request asks for it") {
+  auto model = tiny_model();
+  const auto prompt = load_tokenizer(*model)->encode("The quick brown fox", true);
+  SamplingParams params = seeded(8);
+  const Stream unasked = run_alone(model, small_config(), make_request(1, prompt, params));
+  params.logprobs = true;
+  const Stream asked = run_alone(model, small_config(), make_request(1, prompt, params));
+  params.top_logprobs = 1; // implies logprobs
+  params.logprobs = false;
+  const Stream with_top = run_alone(model, small_config(), make_request(1, prompt, params));
+  REQUIRE(unasked.events.size() == 8);
+  REQUIRE(asked.events.size() == 8);
+  REQUIRE(with_top.events.size() == 8);
+  bool any_negative = false;
+  for (std::size_t i = 0; i < 8; ++i) {
+    INFO("token " << i);
+    CHECK(unasked.events[i].token == asked.events[i].token);
+    CHECK(unasked.events[i].logprob == 0.0f);
+    CHECK(asked.events[i].logprob <= 0.0f);
+    CHECK(with_top.events[i].logprob == asked.events[i].logprob);
+    any_negative = any_negative || asked.events[i].logprob < 0.0f;
+  }
+  CHECK(any_negative);
+}
+
 TEST_CASE("usage on the last event counts prompt, completion and cached prompt tokens") {
   auto model = small_random_model();
   const EngineConfig config = small_config();

@@ -64,6 +64,7 @@ SamplingParams unusual_params() {
   p.seed = 0xdeadbeefcafe;
   p.stop = {"\n\n", "END"};
   p.ignore_eos = true;
+  p.logprobs = true;
   p.top_logprobs = 3;
   return p;
 }
@@ -73,7 +74,8 @@ bool same(const SamplingParams& a, const SamplingParams& b) {
          a.top_p == b.top_p && a.min_p == b.min_p && a.repetition_penalty == b.repetition_penalty &&
          a.presence_penalty == b.presence_penalty && a.frequency_penalty == b.frequency_penalty &&
          a.penalty_last_n == b.penalty_last_n && a.seed == b.seed && a.stop == b.stop &&
-         a.ignore_eos == b.ignore_eos && a.top_logprobs == b.top_logprobs;
+         a.ignore_eos == b.ignore_eos && a.logprobs == b.logprobs &&
+         a.top_logprobs == b.top_logprobs;
 }
 
 } // namespace

@@ -92,6 +92,7 @@ TEST_CASE("a minimal chat request gets OpenAI's defaults", "[openai_protocol]") 
   CHECK_FALSE(request.stream);
   CHECK_FALSE(request.include_usage);
   CHECK_FALSE(request.logprobs);
+  CHECK_FALSE(request.sampling.logprobs);
   CHECK(request.priority == 0);
   CHECK_FALSE(validate(request.sampling).has_value());
 }
@@ -227,6 +228,7 @@ TEST_CASE("n, stream and stream_options", "[openai_protocol]") {
 TEST_CASE("chat logprobs and top_logprobs", "[openai_protocol]") {
   ParsedChatRequest request = parse_chat_request(chat_body(R"("logprobs":true)"));
   CHECK(request.logprobs);
+  CHECK(request.sampling.logprobs);
   CHECK(request.sampling.top_logprobs == 0u);
   CHECK(
       parse_chat_request(chat_body(R"("logprobs":true,"top_logprobs":20)")).sampling.top_logprobs ==
@@ -243,8 +245,10 @@ TEST_CASE("chat logprobs and top_logprobs", "[openai_protocol]") {
 TEST_CASE("completion logprobs is a count", "[openai_protocol]") {
   ParsedCompletionRequest none = parse_completion_request(completion_body(R"("logprobs":null)"));
   CHECK_FALSE(none.logprobs);
+  CHECK_FALSE(none.sampling.logprobs);
   ParsedCompletionRequest zero = parse_completion_request(completion_body(R"("logprobs":0)"));
   CHECK(zero.logprobs);
+  CHECK(zero.sampling.logprobs);
   CHECK(zero.sampling.top_logprobs == 0u);
   ParsedCompletionRequest five = parse_completion_request(completion_body(R"("logprobs":5)"));
   CHECK(five.logprobs);

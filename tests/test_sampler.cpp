@@ -400,6 +400,35 @@ TEST_CASE("a banned token is never chosen but keeps its logprob") {
       std::invalid_argument);
 }
 
+TEST_CASE("the chosen token's logprob is computed only when asked, and asking changes no choice") {
+  std::vector<float> logits(1000);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    logits[i] = std::sin(static_cast<float>(i) * 0.37f) * 6.0f;
+  const std::vector<double> reference = log_softmax(logits);
+  Sampler sampler(logits.size());
+  const std::vector<TokenId> history{3, 5, 5, 900};
+  for (const float temperature : {0.0f, 0.7f, 1.0f, 1.6f}) {
+    for (const float top_p : {1.0f, 0.9f}) {
+      for (std::uint64_t step = 0; step < 16; ++step) {
+        SamplingParams params;
+        params.temperature = temperature;
+        params.top_p = top_p;
+        params.seed = 11;
+        params.presence_penalty = step % 2 == 0 ? 0.0f : 0.5f;
+        INFO("temperature " << temperature << " top_p " << top_p << " step " << step);
+        const SampleResult unasked = sampler.sample(logits.data(), params, history.data(),
+                                                    history.size(), step, nullptr, 0, nullptr);
+        CHECK(unasked.logprob == 0.0f);
+        params.logprobs = true;
+        const SampleResult asked = sampler.sample(logits.data(), params, history.data(),
+                                                  history.size(), step, nullptr, 0, nullptr);
+        CHECK(asked.token == unasked.token);
+        CHECK(asked.logprob == Approx(reference[asked.token]).margin(1e-5));
+      }
+    }
+  }
+}
+
 TEST_CASE("top_logprobs are the sorted log-softmax of the raw logits") {
   const std::vector<float> logits{0.1f, 2.5f, -3.0f, 2.5f, 1.0f, 0.1f, 4.0f, -0.5f};
   const std::vector<double> reference = log_softmax(logits);

@@ -371,6 +371,8 @@ SamplingParams random_params(std::size_t vocab, std::mt19937& rng) {
   params.penalty_last_n = pick(windows);
   const std::uint32_t top_logprobs[] = {0u, 0u, 1u, 5u, 20u};
   params.top_logprobs = pick(top_logprobs);
+  const bool logprobs[] = {false, true};
+  params.logprobs = pick(logprobs);
   return params;
 }
 
@@ -402,9 +404,12 @@ void check_same(Sampler& sampler, reference::ReferenceSampler& oracle,
   bool threw = false;
   SampleResult expected{};
   try {
+    // The oracle always computes the logprob; the sampler only when asked, choosing the same.
     expected =
         oracle.sample_with_uniform(row.data(), params, history.data(), history.size(), uniform,
                                    banned.data(), banned.size(), top_expected.data());
+    if (!wants_logprobs(params))
+      expected.logprob = 0.0f;
   } catch (const std::invalid_argument&) {
     threw = true;
   }
@@ -413,7 +418,8 @@ void check_same(Sampler& sampler, reference::ReferenceSampler& oracle,
                       << params.repetition_penalty << " presence " << params.presence_penalty
                       << " frequency " << params.frequency_penalty << " window "
                       << params.penalty_last_n << " uniform " << uniform << " banned "
-                      << banned.size() << " vocab " << row.size());
+                      << banned.size() << " vocab " << row.size() << " logprobs " << params.logprobs
+                      << " top_logprobs " << params.top_logprobs);
   if (threw) {
     CHECK_THROWS_AS(sampler.sample_with_uniform(row.data(), params, history.data(), history.size(),
                                                 uniform, banned.data(), banned.size(), top.data()),

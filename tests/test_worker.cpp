@@ -360,6 +360,41 @@ TEST_CASE("with a flush interval a request's tokens of many steps arrive as one 
   CHECK(chunk.queue_seconds >= 0.0f);
 }
 
+TEST_CASE("chunks carry logprobs only for a request that asked for them") {
+  const EngineConfig config = fake_config();
+  for (const bool asked : {false, true}) {
+    INFO("logprobs " << asked);
+    auto request = make_request(1);
+    request.params.max_tokens = 6;
+    request.params.ignore_eos = true;
+    request.params.logprobs = asked;
+    std::vector<TokenId> prompt;
+    const std::vector<TokenEvent> expected = run_directly(config, request, prompt);
+    REQUIRE(expected.size() == 6);
+
+    ThreadedFixture f;
+    auto core = f.spawn(make_fake_engine(config), EngineLimits{4, 8});
+    REQUIRE(f.add(core, request).accepted);
+    std::optional<InferenceError> error;
+    const std::vector<TokenChunk> chunks = f.receive_until_end(error);
+    REQUIRE_FALSE(error);
+    std::vector<TokenId> tokens;
+    std::vector<float> logprobs;
+    for (const TokenChunk& chunk : chunks) {
+      tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+      logprobs.insert(logprobs.end(), chunk.logprobs.begin(), chunk.logprobs.end());
+      CHECK(chunk.top_logprobs.empty());
+    }
+    REQUIRE(tokens.size() == expected.size());
+    REQUIRE(logprobs.size() == (asked ? expected.size() : 0));
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      CHECK(tokens[i] == expected[i].token);
+      if (asked)
+        CHECK(logprobs[i] == expected[i].logprob);
+    }
+  }
+}
+
 TEST_CASE("a cancel sends a request's unsent tokens before its last chunk") {
   EngineConfig config = fake_config();
   config.scheduler.max_context = 8192;
@@ -374,6 +409,7 @@ TEST_CASE("a cancel sends a request's unsent tokens before its last chunk") {
   auto request = make_request(7);
   request.params.max_tokens = 8000;
   request.params.ignore_eos = true;
+  request.params.logprobs = true;
   REQUIRE(f.add(core, request).accepted);
 
   // Tokens were made, and held in the worker.

@@ -24,6 +24,8 @@ struct Served {
   std::uint32_t next_token = 0;
   /// The prompt's token ids, until the first chunk carries them.
   std::vector<TokenId> unsent_prompt;
+  /// Whether the request asked for log-probabilities: its chunks carry them.
+  bool logprobs = false;
   /// Where this request's unsent chunk is: chunk `chunk` of outbox
   /// `outbox`, while `flush_generation` is the worker's (a flush empties
   /// every outbox and moves the worker on to the next generation).
@@ -115,7 +117,8 @@ TokenChunk to_chunk(Served& served, TokenEvent& event) {
   served.unsent_prompt.clear();
   if (event.finish != FinishReason::Cancelled) {
     chunk.tokens.push_back(event.token);
-    chunk.logprobs.push_back(event.logprob);
+    if (served.logprobs)
+      chunk.logprobs.push_back(event.logprob);
     if (!event.top_logprobs.empty())
       chunk.top_logprobs.push_back(std::move(event.top_logprobs));
     ++served.next_token;
@@ -133,7 +136,8 @@ TokenChunk to_chunk(Served& served, TokenEvent& event) {
 /// and the last event's finish and usage are the chunk's.
 void append_to_chunk(TokenChunk& chunk, Served& served, TokenEvent& event) {
   chunk.tokens.push_back(event.token);
-  chunk.logprobs.push_back(event.logprob);
+  if (served.logprobs)
+    chunk.logprobs.push_back(event.logprob);
   if (!event.top_logprobs.empty())
     chunk.top_logprobs.push_back(std::move(event.top_logprobs));
   ++served.next_token;
@@ -345,6 +349,7 @@ void run_step(worker_pointer self) {
 void add(worker_pointer self, std::uint64_t engine_id, GenerateRequest& request, token_sink& sink,
          std::int64_t arrival_ns) {
   auto& st = self->state;
+  const bool logprobs = wants_logprobs(request.params);
   GenerationRequest generation{engine_id, request.prompt_tokens, std::move(request.params),
                                request.generated};
   generation.prefill_group = request.prefill_group;
@@ -363,7 +368,7 @@ void add(worker_pointer self, std::uint64_t engine_id, GenerateRequest& request,
   ids.insert(engine_id);
   const auto first_token = static_cast<std::uint32_t>(request.generated.size());
   st.served.emplace(engine_id, Served{std::move(sink), request.id, request.attempt, first_token,
-                                      std::move(request.prompt_tokens)});
+                                      std::move(request.prompt_tokens), logprobs});
   schedule_step(self);
 }
 

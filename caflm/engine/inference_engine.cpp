@@ -523,7 +523,8 @@ void InferenceEngine::accept_sample(Active& active, const SampleResult& sampled,
   event.request_id = active.request.id;
   report_queue_time(active, event);
   event.token = sampled.token;
-  event.logprob = sampled.logprob;
+  // A device sampler computes it either way; unasked, it is 0 on every backend.
+  event.logprob = wants_logprobs(params) ? sampled.logprob : 0.0f;
   event.top_logprobs.assign(top, top + top_count);
 
   bool end_of_generation = !params.ignore_eos && vocab.is_eog(sampled.token);

@@ -111,7 +111,8 @@ struct TokenChunk {
   std::vector<TokenId> tokens;
   /// Text completed by these tokens (whole UTF-8 characters, stop text held).
   std::string text;
-  /// Log-probability of each token.
+  /// Log-probability of each token when the request asked for them
+  /// (wants_logprobs), else empty.
   std::vector<float> logprobs;
   /// For each token, the most likely alternatives, when asked for.
   std::vector<std::vector<TokenLogprob>> top_logprobs;
@@ -235,7 +236,7 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
   return f(caf::meta::type_name("caflm::SamplingParams"), x.max_tokens, float_bits(x.temperature),
            x.top_k, float_bits(x.top_p), float_bits(x.min_p), float_bits(x.repetition_penalty),
            float_bits(x.presence_penalty), float_bits(x.frequency_penalty), x.penalty_last_n,
-           seeded, seed, x.stop, x.ignore_eos, x.top_logprobs, restore_seed);
+           seeded, seed, x.stop, x.ignore_eos, x.logprobs, x.top_logprobs, restore_seed);
 }
 
 template <class Inspector>

@@ -73,12 +73,18 @@ SampleResult Sampler::sample_with_uniform(const float* logits, const SamplingPar
                                           std::size_t n_banned, TokenLogprob* top_logprobs_out) {
   if (vocab_size_ == 0)
     throw std::invalid_argument("Sampler::sample: every token is banned");
-  // log(sum(exp(logits))): one max pass, one exp-sum pass. The exponentials are glibc's even
-  // here, where nothing is decided: an approximate one moves the sum by ~1e-7, enough to round
-  // the float log-normalizer to its neighbour in one row of a few.
+  // The max pass also counts NaNs, which every call reports. log(sum(exp(logits))) is one more
+  // pass, taken only for log-probabilities. Its exponentials are glibc's even here, where nothing
+  // is decided: an approximate one moves the sum by ~1e-7, enough to round the float
+  // log-normalizer to its neighbour in one row of a few.
   const LogitRowMax raw = logit_row_max(logits, vocab_size_);
-  const double raw_mass = exp_sum(logits, vocab_size_, raw.max, 1.0f, kNegativeInfinity);
-  const float log_normalizer = raw.max + static_cast<float>(std::log(raw_mass));
+  const bool with_logprobs = wants_logprobs(params);
+  double raw_mass = -1.0; // negative: not taken
+  float log_normalizer = 0.0f;
+  if (with_logprobs) {
+    raw_mass = exp_sum(logits, vocab_size_, raw.max, 1.0f, kNegativeInfinity);
+    log_normalizer = raw.max + static_cast<float>(std::log(raw_mass));
+  }
   if (params.top_logprobs > 0 && top_logprobs_out != nullptr)
     fill_top_logprobs(logits, log_normalizer, params.top_logprobs, top_logprobs_out);
 
@@ -123,7 +129,7 @@ SampleResult Sampler::sample_with_uniform(const float* logits, const SamplingPar
     } else {
       row_ = row;
       // Without bans and penalties, the draw's sums at temperature 1 over every token are the
-      // one just taken, term for term.
+      // one taken for the log-probabilities, term for term, when it was taken.
       token = draw(allowed, best.logit, params, uniform, row == logits ? raw_mass : -1.0);
     }
   }
@@ -139,7 +145,8 @@ SampleResult Sampler::sample_with_uniform(const float* logits, const SamplingPar
   }
   if (allowed == 0)
     throw std::invalid_argument("Sampler::sample: every token is banned");
-  return {token, sanitized(logits[token]) - log_normalizer, raw.nan_count};
+  const float logprob = with_logprobs ? sanitized(logits[token]) - log_normalizer : 0.0f;
+  return {token, logprob, raw.nan_count};
 }
 
 std::size_t Sampler::mark_bans_and_penalties(const TokenId* window, std::size_t window_len,

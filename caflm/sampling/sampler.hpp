@@ -19,6 +19,7 @@ struct TokenLogprob {
 /// penalties, bans, filters and temperature), as OpenAI reports it.
 struct SampleResult {
   TokenId token;
+  /// 0 unless the params asked for log-probabilities (wants_logprobs).
   float logprob;
   /// Logits of the row that were NaN (sampled around as -infinity). A
   /// working model produces none: callers treat any as a broken model.
@@ -34,11 +35,11 @@ struct SampleResult {
 /// probability exceeds u, so a result depends only on (logits, params, history, step) and not on
 /// the platform's sort, on earlier calls, or on the sampler instance.
 ///
-/// Cost: one max pass and one exp-sum pass over the row (vectorised: logit_kernels.hpp), which is
-/// all a greedy call takes besides its penalized and banned tokens. A draw adds at most one more
-/// exp-sum pass per filter and sorts only the prefix of the sorted order that its walks reach,
-/// one band of logits at a time, so its cost follows how flat the distribution is rather than the
-/// vocabulary size.
+/// Cost: one max pass over the row (vectorised: logit_kernels.hpp), which is all a greedy call
+/// takes besides its penalized and banned tokens; log-probabilities, when asked for, add one
+/// exp-sum pass. A draw adds at most one more exp-sum pass per filter and sorts only the prefix of
+/// the sorted order that its walks reach, one band of logits at a time, so its cost follows how
+/// flat the distribution is rather than the vocabulary size.
 ///
 /// Allocation-free after construction: every scratch buffer is sized to the vocabulary once. Not
 /// thread-safe; use one sampler per thread.

@@ -38,9 +38,18 @@ struct SamplingParams {
   std::vector<std::string> stop;
   /// Keep generating past end-of-sequence: the engine then bans eos in the sampler.
   bool ignore_eos = false;
+  /// Whether each chosen token's log-probability is computed and reported (OpenAI's `logprobs`).
+  /// Without it a greedy step costs one pass over the logits, not three, and the token's
+  /// reported logprob is 0. top_logprobs > 0 implies it.
+  bool logprobs = false;
   /// Number of most likely tokens to report with each chosen one, 0..20.
   std::uint32_t top_logprobs = 0;
 };
+
+/// Whether `params` asks for log-probabilities: its chosen tokens' or the top ones.
+inline bool wants_logprobs(const SamplingParams& params) {
+  return params.logprobs || params.top_logprobs > 0;
+}
 
 /// The upper bound of SamplingParams::top_logprobs (OpenAI's).
 inline constexpr std::uint32_t kMaxTopLogprobs = 20;

@@ -520,6 +520,7 @@ ParsedChatRequest parse_chat_request(const std::string& body) {
   out.max_tokens_given = max_tokens.has_value();
   out.sampling.max_tokens = max_tokens.value_or(kUnboundedMaxTokens);
   out.logprobs = read_bool(request, "logprobs").value_or(false);
+  out.sampling.logprobs = out.logprobs;
   if (auto top = read_integer_in(request, "top_logprobs", 0, kMaxTopLogprobs)) {
     if (*top > 0 && !out.logprobs)
       throw invalid_request("top_logprobs requires logprobs to be true", "top_logprobs");
@@ -539,6 +540,7 @@ ParsedCompletionRequest parse_completion_request(const std::string& body) {
   out.sampling.max_tokens = max_tokens.value_or(kDefaultCompletionMaxTokens);
   if (auto count = read_integer_in(request, "logprobs", 0, kMaxCompletionLogprobs)) {
     out.logprobs = true;
+    out.sampling.logprobs = true;
     out.sampling.top_logprobs = static_cast<std::uint32_t>(*count);
   }
   out.echo = read_bool(request, "echo").value_or(false);

@@ -150,9 +150,12 @@ struct HostAnswer {
 HostAnswer sample_on_host(Sampler& sampler, const float* row, const HostRequest& request) {
   HostAnswer answer;
   answer.top.resize(std::min<std::size_t>(request.params.top_logprobs, sampler.vocab_size()));
+  // The device computes every chosen token's logprob; ask the host for it too.
+  SamplingParams params = request.params;
+  params.logprobs = true;
   answer.result =
-      sampler.sample(row, request.params, request.history.data(), request.history.size(),
-                     request.step, request.banned.data(), request.banned.size(), answer.top.data());
+      sampler.sample(row, params, request.history.data(), request.history.size(), request.step,
+                     request.banned.data(), request.banned.size(), answer.top.data());
   return answer;
 }
 

@@ -964,6 +964,7 @@ TEST_CASE("sampling on the device chooses what the host Sampler chooses from the
   cases[4].params.seed = 7;
   for (SamplingCase& c : cases) {
     c.params.penalty_last_n = -1; // the history is the window
+    c.params.logprobs = true;     // the host's logprob, compared with the device's
     c.banned = {TokenId(1)};
   }
 
