@@ -40,8 +40,9 @@ void add_token_flush_option(CLI::App& cmd, std::chrono::microseconds& interval) 
            interval = std::chrono::microseconds(microseconds);
          },
          "Microseconds a worker may hold tokens so that several steps go in one message (0: every "
-         "step at once; about 1000 lets a fast engine stream far more tokens per second)")
-      ->default_str("0");
+         "step at once). A step slower than this always sends; a request's first and last "
+         "tokens never wait")
+      ->default_str(std::to_string(interval.count()));
 }
 
 void raise_open_file_limit() {

@@ -34,7 +34,7 @@ struct ServeOptions {
   std::string api_key;
   std::uint32_t max_queue = 64;
   std::uint32_t max_concurrent = 32;
-  std::chrono::microseconds token_flush{0};
+  std::chrono::microseconds token_flush = kDefaultTokenFlushInterval;
   RequestLimits requests;
   std::string chat_template;
   std::uint64_t kv_cache_mb = 1024;

@@ -4,7 +4,7 @@
 //
 //   bench_actor_pipeline [--scenario NAME]... [--concurrency 256] [--requests 4096]
 //                        [--max-tokens 64] [--repeat 3] [--scheduler-threads 0]
-//                        [--logits-width 0] [--flush-us 0]
+//                        [--logits-width 0] [--flush-us 1000]
 //   bench_actor_pipeline --serve PORT   (the engine process of the remote scenarios)
 //
 // Scenarios:
@@ -78,7 +78,7 @@ struct Options {
   /// CAF scheduler threads; 0 keeps CAF's default.
   std::uint32_t scheduler_threads = 0;
   /// The engines' EngineLimits::token_flush_interval, in microseconds.
-  std::uint32_t flush_us = 0;
+  std::uint32_t flush_us = static_cast<std::uint32_t>(kDefaultTokenFlushInterval.count());
   /// --serve: publish one null engine on this loopback port (0: any).
   int serve_port = -1;
 };

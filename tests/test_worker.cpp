@@ -143,6 +143,13 @@ std::vector<TokenEvent> run_directly(const EngineConfig& config, const GenerateR
   return events;
 }
 
+/// Limits under which the worker sends each step's tokens at once.
+EngineLimits per_step_limits() {
+  EngineLimits limits{4, 8};
+  limits.token_flush_interval = std::chrono::microseconds(0);
+  return limits;
+}
+
 } // namespace
 
 TEST_CASE("a request streams through the core and the real worker as the engine makes it") {
@@ -157,7 +164,7 @@ TEST_CASE("a request streams through the core and the real worker as the engine 
   REQUIRE(expected.size() == 12);
 
   ThreadedFixture f;
-  auto core = f.spawn(make_fake_engine(config), EngineLimits{4, 8});
+  auto core = f.spawn(make_fake_engine(config), per_step_limits());
   REQUIRE(f.add(core, request).accepted);
   const std::vector<TokenChunk> chunks = f.receive_until_finish();
 
@@ -262,7 +269,7 @@ std::shared_ptr<InferenceEngine> faulty_engine(FaultyBackend*& backend) {
 TEST_CASE("a failed step ends its requests with engine_fault and the engine serves on") {
   FaultyBackend* backend = nullptr;
   ThreadedFixture f;
-  auto core = f.spawn(faulty_engine(backend), EngineLimits{4, 8});
+  auto core = f.spawn(faulty_engine(backend), per_step_limits());
   backend->fail_launch = 4; // prefill, two decodes, then the fault
   std::optional<InferenceError> error;
   auto request = long_request(3);
@@ -289,7 +296,7 @@ TEST_CASE("a failed step ends its requests with engine_fault and the engine serv
 TEST_CASE("NaN logits end a request with a final error that says so, not with token 0") {
   FaultyBackend* backend = nullptr;
   ThreadedFixture f;
-  auto core = f.spawn(faulty_engine(backend), EngineLimits{4, 8});
+  auto core = f.spawn(faulty_engine(backend), per_step_limits());
   backend->nan_from_launch = 3;
   std::optional<InferenceError> error;
   const std::vector<TokenChunk> chunks = f.run_to_end(core, long_request(5), error);
@@ -310,7 +317,7 @@ TEST_CASE("NaN logits end a request with a final error that says so, not with to
 /// Long enough that only the engine's idleness or a cancel flushes.
 constexpr std::chrono::microseconds kHour{std::chrono::hours(1)};
 
-TEST_CASE("with a flush interval a request's tokens of many steps arrive as one chunk") {
+TEST_CASE("with a flush interval a request's first token goes at once and the rest as one chunk") {
   const EngineConfig config = fake_config();
   auto request = make_request(1);
   request.params.max_tokens = 12;
@@ -331,33 +338,42 @@ TEST_CASE("with a flush interval a request's tokens of many steps arrive as one 
   const std::vector<TokenChunk> chunks = f.receive_until_end(error);
   REQUIRE_FALSE(error);
 
-  // Nothing flushed before the engine ran out of work, when all was made.
-  REQUIRE(chunks.size() == 1);
-  const TokenChunk& chunk = chunks.front();
-  CHECK(chunk.request_id == 1);
-  CHECK(chunk.first_token == 0);
-  CHECK(chunk.prompt_tokens == prompt);
-  REQUIRE(chunk.tokens.size() == expected.size());
-  REQUIRE(chunk.logprobs.size() == expected.size());
-  REQUIRE(chunk.top_logprobs.size() == expected.size());
-  std::string text;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    INFO("token " << i);
-    CHECK(chunk.tokens[i] == expected[i].token);
-    CHECK(chunk.logprobs[i] == expected[i].logprob);
-    REQUIRE(chunk.top_logprobs[i].size() == expected[i].top_logprobs.size());
-    for (std::size_t t = 0; t < expected[i].top_logprobs.size(); ++t) {
-      CHECK(chunk.top_logprobs[i][t].token == expected[i].top_logprobs[t].token);
-      CHECK(chunk.top_logprobs[i][t].logprob == expected[i].top_logprobs[t].logprob);
+  // The first token at the end of its step (the interval never delays the
+  // time to first token); the rest when the engine ran out of work.
+  REQUIRE(chunks.size() == 2);
+  CHECK(chunks[0].first_token == 0);
+  CHECK(chunks[0].prompt_tokens == prompt);
+  CHECK(chunks[0].tokens.size() == 1);
+  CHECK(chunks[0].finish == FinishReason::None);
+  // The first event's queue time; the later chunk has none.
+  CHECK(chunks[0].queue_seconds >= 0.0f);
+  CHECK(chunks[1].first_token == 1);
+  CHECK(chunks[1].prompt_tokens.empty());
+  CHECK(chunks[1].queue_seconds < 0.0f);
+  CHECK(chunks[1].finish == FinishReason::Length);
+  CHECK(chunks[1].usage.prompt_tokens == prompt.size());
+  CHECK(chunks[1].usage.completion_tokens == 12);
+  std::size_t i = 0;
+  for (const TokenChunk& chunk : chunks) {
+    CHECK(chunk.request_id == 1);
+    REQUIRE(chunk.logprobs.size() == chunk.tokens.size());
+    REQUIRE(chunk.top_logprobs.size() == chunk.tokens.size());
+    std::string text;
+    for (std::size_t t = 0; t < chunk.tokens.size(); ++t, ++i) {
+      INFO("token " << i);
+      REQUIRE(i < expected.size());
+      CHECK(chunk.tokens[t] == expected[i].token);
+      CHECK(chunk.logprobs[t] == expected[i].logprob);
+      REQUIRE(chunk.top_logprobs[t].size() == expected[i].top_logprobs.size());
+      for (std::size_t k = 0; k < expected[i].top_logprobs.size(); ++k) {
+        CHECK(chunk.top_logprobs[t][k].token == expected[i].top_logprobs[k].token);
+        CHECK(chunk.top_logprobs[t][k].logprob == expected[i].top_logprobs[k].logprob);
+      }
+      text += expected[i].text;
     }
-    text += expected[i].text;
+    CHECK(chunk.text == text);
   }
-  CHECK(chunk.text == text);
-  CHECK(chunk.finish == FinishReason::Length);
-  CHECK(chunk.usage.prompt_tokens == prompt.size());
-  CHECK(chunk.usage.completion_tokens == 12);
-  // The first event's queue time, not a later event's -1.
-  CHECK(chunk.queue_seconds >= 0.0f);
+  CHECK(i == expected.size());
 }
 
 TEST_CASE("chunks carry logprobs only for a request that asked for them") {
@@ -420,9 +436,11 @@ TEST_CASE("a cancel sends a request's unsent tokens before its last chunk") {
   std::optional<InferenceError> error;
   const std::vector<TokenChunk> chunks = f.receive_until_end(error);
   REQUIRE_FALSE(error);
-  REQUIRE(chunks.size() >= 2);
-  CHECK(chunks.front().first_token == 0);
-  CHECK(chunks.front().tokens.size() > 1);
+  // The first token alone, then the held ones in one chunk, then the cancel.
+  REQUIRE(chunks.size() >= 3);
+  CHECK(chunks[0].first_token == 0);
+  CHECK(chunks[0].tokens.size() == 1);
+  CHECK(chunks[1].tokens.size() > 1);
   // Contiguous, each chunk's logprobs matching its tokens, then the cancel.
   std::size_t next = 0;
   for (const TokenChunk& chunk : chunks) {

@@ -9,6 +9,7 @@
 
 #include <caf/fwd.hpp>
 
+#include "caflm/actors/worker_actor.hpp"
 #include "caflm/engine/engine_options.hpp"
 #include "caflm/messages/interfaces.hpp"
 
@@ -28,7 +29,7 @@ struct EngineLimits {
   /// How long the worker may hold a token for later steps' tokens to join
   /// it in one message (WorkerOptions::token_flush_interval); zero sends
   /// each step's tokens at once.
-  std::chrono::microseconds token_flush_interval{0};
+  std::chrono::microseconds token_flush_interval = kDefaultTokenFlushInterval;
 };
 
 /// Why `limits` cannot work (a zero that would admit requests that never

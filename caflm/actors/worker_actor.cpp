@@ -26,6 +26,8 @@ struct Served {
   std::vector<TokenId> unsent_prompt;
   /// Whether the request asked for log-probabilities: its chunks carry them.
   bool logprobs = false;
+  /// Whether a token of this request has been posted.
+  bool sent_any = false;
   /// Where this request's unsent chunk is: chunk `chunk` of outbox
   /// `outbox`, while `flush_generation` is the worker's (a flush empties
   /// every outbox and moves the worker on to the next generation).
@@ -58,10 +60,11 @@ struct WorkerState {
   /// outbox of each sink that has one.
   std::vector<Outbox> outboxes;
   std::unordered_map<caf::actor_addr, std::uint32_t> outbox_of;
-  /// With a flush interval: the last chunks of the requests that ended in
-  /// this step, one outbox per sink, sent at the step's end.
-  std::vector<Outbox> endings;
-  std::unordered_map<caf::actor_addr, std::uint32_t> ending_of;
+  /// With a flush interval: the chunks that may not wait for it (requests'
+  /// first tokens from this engine and their last ones), one outbox per
+  /// sink, sent at the step's end.
+  std::vector<Outbox> step_end;
+  std::unordered_map<caf::actor_addr, std::uint32_t> step_end_of;
   /// Counts flushes from 1, so that a Served's zero never names a chunk.
   std::uint64_t flush_generation = 1;
   /// When the oldest unsent chunk was made.
@@ -163,13 +166,13 @@ Outbox& outbox_for(std::vector<Outbox>& boxes,
   return boxes[entry->second];
 }
 
-/// Sends the step's last chunks, one TokenBatch per sink.
-void send_endings(worker_pointer self) {
+/// Sends the chunks that go at the step's end, one TokenBatch per sink.
+void send_step_end(worker_pointer self) {
   auto& st = self->state;
-  for (Outbox& box : st.endings)
+  for (Outbox& box : st.step_end)
     self->send(box.sink, std::move(box.batch));
-  st.endings.clear();
-  st.ending_of.clear();
+  st.step_end.clear();
+  st.step_end_of.clear();
 }
 
 /// Sends every outbox, one TokenBatch per sink, and empties them.
@@ -195,25 +198,27 @@ void flush(worker_pointer self) {
 
 /// Puts `event` (a token, maybe the last) in its sink's outbox: into the
 /// request's unsent chunk when it has one, else as a new chunk. With a
-/// flush interval, a request's last chunk (all its unsent tokens) goes at
-/// the end of this step, not at the next flush: its client, and the next
-/// request that client starts, need not wait.
+/// flush interval, a request's first token from this engine and its last
+/// chunk (all its unsent tokens) go at the end of this step, not at the
+/// next flush: the interval holds neither a request's time to first token
+/// nor its client, who may start the next request once this one ends.
 void post(worker_pointer self, Served& served, TokenEvent& event) {
   auto& st = self->state;
-  const bool ending =
-      event.finish != FinishReason::None && st.options.token_flush_interval.count() > 0;
+  const bool at_step_end = st.options.token_flush_interval.count() > 0 &&
+                           (event.finish != FinishReason::None || !served.sent_any);
+  served.sent_any = true;
   if (served.flush_generation == st.flush_generation) {
     Outbox& box = st.outboxes[served.outbox];
     TokenChunk& chunk = box.batch.chunks[served.chunk];
     append_to_chunk(chunk, served, event);
-    if (ending) {
+    if (at_step_end) {
       box.sent.push_back(served.chunk);
-      outbox_for(st.endings, st.ending_of, served.sink).batch.chunks.push_back(std::move(chunk));
+      outbox_for(st.step_end, st.step_end_of, served.sink).batch.chunks.push_back(std::move(chunk));
     }
     return;
   }
-  if (ending) {
-    outbox_for(st.endings, st.ending_of, served.sink)
+  if (at_step_end) {
+    outbox_for(st.step_end, st.step_end_of, served.sink)
         .batch.chunks.push_back(to_chunk(served, event));
     return;
   }
@@ -332,7 +337,7 @@ void run_step(worker_pointer self) {
   }
   if (step_faults > 0)
     log(LogLevel::Error, "{}; its {} request(s) fail over", step_error, step_faults);
-  send_endings(self);
+  send_step_end(self);
   if (st.options.token_flush_interval.count() <= 0 || !st.engine->has_work()) {
     flush(self);
   } else if (!st.outboxes.empty()) {

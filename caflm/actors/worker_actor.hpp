@@ -11,6 +11,13 @@ namespace caflm {
 
 class InferenceEngine;
 
+/// The default WorkerOptions::token_flush_interval. An engine whose step
+/// takes longer (any real model on a CPU, most on a GPU) still sends every
+/// step; one that steps faster sends a message per sink about once a
+/// millisecond instead of once a step, which is what lets the actors carry
+/// a million tokens a second, and holds a token at most about this long.
+inline constexpr std::chrono::microseconds kDefaultTokenFlushInterval{1000};
+
 /// How a worker streams its tokens.
 struct WorkerOptions {
   /// How long a token may wait in the worker for the tokens of later steps
@@ -18,11 +25,12 @@ struct WorkerOptions {
   /// TokenBatch per sink per step. Above zero, each sink's chunks collect
   /// over steps until the oldest of them is this old (checked after each
   /// step), the engine runs out of work, or an error or cancel is sent; a
-  /// request's tokens then travel as one chunk of several tokens. A model
-  /// whose step takes longer than this still sends every step, while a fast
-  /// one (a GPU, a small model) sends fewer, fuller messages, so the
-  /// actors' per-message cost does not cap its tokens per second.
-  std::chrono::microseconds token_flush_interval{0};
+  /// request's tokens then travel as one chunk of several tokens. A
+  /// request's first token from the engine and its last chunk never wait.
+  /// A model whose step takes longer than this still sends every step,
+  /// while a fast one (a GPU, a small model) sends fewer, fuller messages,
+  /// so the actors' per-message cost does not cap its tokens per second.
+  std::chrono::microseconds token_flush_interval = kDefaultTokenFlushInterval;
 };
 
 /// Spawns the worker that owns `engine` (its runner, request table, KV pool
