@@ -32,6 +32,7 @@ struct Avx2Simd {
 // Loads 8 consecutive weights of one row as f32. `load_partial` loads the
 // first r < 8 and zeroes the rest.
 struct F32Weights {
+  static constexpr size_t kBytes = 4; // per weight
   static __m256 load(const uint8_t* row, size_t k) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
   }
@@ -41,6 +42,7 @@ struct F32Weights {
 };
 
 struct F16Weights {
+  static constexpr size_t kBytes = 2;
   static __m256 load(const uint8_t* row, size_t k) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
   }
@@ -52,6 +54,7 @@ struct F16Weights {
 };
 
 struct Bf16Weights {
+  static constexpr size_t kBytes = 2;
   static __m256 widen(__m128i bf16) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bf16), 16));
   }

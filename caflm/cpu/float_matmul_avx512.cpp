@@ -35,6 +35,7 @@ struct Avx512Simd {
 // Loads 16 consecutive weights of one row as f32. `load_partial` loads the
 // first r < 16 and zeroes the rest.
 struct F32Weights512 {
+  static constexpr std::size_t kBytes = 4; // per weight
   // Two 32-byte loads: GGUF aligns tensors to 32 bytes, not 64, and a
   // 64-byte load across two cache lines costs more than the insert.
   static __m512 load(const std::uint8_t* row, std::size_t k) {
@@ -48,6 +49,7 @@ struct F32Weights512 {
 };
 
 struct F16Weights512 {
+  static constexpr std::size_t kBytes = 2;
   static __m512 load(const std::uint8_t* row, std::size_t k) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
   }
@@ -57,6 +59,7 @@ struct F16Weights512 {
 };
 
 struct Bf16Weights512 {
+  static constexpr std::size_t kBytes = 2;
   static __m512 widen(__m256i bf16) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
   }
