@@ -108,6 +108,21 @@ inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std
     Kernel::template block<MR, 1>(p, row0, col);
 }
 
+// Runs Kernel over the columns [col_begin, col_end) of the rows [row_begin,
+// row_end) (a multiple of 4 apart): NR columns at a time (single columns at
+// a ragged edge), each sweeping all those rows in groups of 4.
+template <typename Kernel, int NR>
+inline void float_block_column(const detail::FloatProblem& p, std::size_t row_begin,
+                               std::size_t row_end, std::size_t col_begin, std::size_t col_end) {
+  std::size_t col = col_begin;
+  for (; col + NR <= col_end; col += NR)
+    for (std::size_t row = row_begin; row < row_end; row += 4)
+      Kernel::template block<4, NR>(p, row, col);
+  for (; col < col_end; ++col)
+    for (std::size_t row = row_begin; row < row_end; row += 4)
+      Kernel::template block<4, 1>(p, row, col);
+}
+
 // Rows of x a column block sweeps before the next one starts, when blocks go
 // column-first: 32 rows of a 2048-wide x (256 KiB) stay in L2.
 constexpr std::size_t kFloatRowChunk = 32;
@@ -138,19 +153,13 @@ inline void run_float_tiles(const detail::FloatProblem& p, std::size_t m) {
     const std::size_t col_end = std::min(p.n, col_begin + kFloatTileCols);
     const std::size_t grouped = m - m % 4;
     constexpr bool kColumnFirst = Shapes::NR4 * Kernel::kWeightBytes > 4 * sizeof(float);
-    if constexpr (!kColumnFirst) {
+    if constexpr (kColumnFirst) {
+      for (std::size_t chunk = 0; chunk < grouped; chunk += kFloatRowChunk)
+        float_block_column<Kernel, Shapes::NR4>(p, chunk, std::min(grouped, chunk + kFloatRowChunk),
+                                                col_begin, col_end);
+    } else {
       for (std::size_t row = 0; row < grouped; row += 4)
         float_block_row<Kernel, 4, Shapes::NR4>(p, row, col_begin, col_end);
-    }
-    for (std::size_t chunk = 0; kColumnFirst && chunk < grouped; chunk += kFloatRowChunk) {
-      const std::size_t chunk_end = std::min(grouped, chunk + kFloatRowChunk);
-      std::size_t col = col_begin;
-      for (; col + Shapes::NR4 <= col_end; col += Shapes::NR4)
-        for (std::size_t row = chunk; row < chunk_end; row += 4)
-          Kernel::template block<4, Shapes::NR4>(p, row, col);
-      for (; col < col_end; ++col)
-        for (std::size_t row = chunk; row < chunk_end; row += 4)
-          Kernel::template block<4, 1>(p, row, col);
     }
     const std::size_t row = grouped;
     switch (m - row) {
