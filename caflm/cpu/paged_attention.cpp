@@ -73,13 +73,27 @@ float score_one(const typename E::T* __restrict__ keys_t, std::size_t block_size
 
 /// Asks for the `bytes` from `p` on in L1 ahead of their use: a sequence's
 /// blocks lie anywhere in the cache, so the hardware prefetchers, which
-/// follow one stream, stall at each block boundary. The walks below ask two
-/// blocks ahead: one block of a 64-wide head (4 KiB of F32 keys) is less work
-/// than a fetch from memory takes.
+/// follow one stream, stall at each block boundary.
 void prefetch_bytes(const void* p, std::size_t bytes) {
   const char* at = static_cast<const char*>(p);
   for (std::size_t line = 0; line < bytes; line += 64)
     _mm_prefetch(at + line, _MM_HINT_T0);
+}
+
+/// How many blocks ahead of the one in use the walks below prefetch: one
+/// block of a 64-wide head (4 KiB of F32 keys) is less work than a fetch
+/// from memory takes.
+constexpr std::size_t kPrefetchBlocks = 2;
+
+/// Prefetches for a walk over `pages` blocks now at block `page` the block
+/// kPrefetchBlocks on (at page 0, every block up to it). `block_at(i)`: the
+/// first byte of block i.
+template <typename BlockAt>
+void prefetch_ahead(BlockAt block_at, std::size_t page, std::size_t pages,
+                    std::size_t block_bytes) {
+  const std::size_t first = page == 0 ? 1 : page + kPrefetchBlocks;
+  for (std::size_t next = first; next <= page + kPrefetchBlocks && next < pages; ++next)
+    prefetch_bytes(block_at(next), block_bytes);
 }
 
 template <typename E>
@@ -100,13 +114,12 @@ void score_positions(const PagedKvHead& h, std::uint32_t context, const float* _
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
   const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
-  if (block_size < context)
-    prefetch_bytes(keys_of<E>(h, h.pages[1]), block_bytes);
+  const std::size_t pages = (context + block_size - 1) / block_size;
+  const auto block_at = [&h](std::size_t page) { return keys_of<E>(h, h.pages[page]); };
   for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
     const typename E::T* keys_t = keys_of<E>(h, h.pages[page]);
     const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    if (start + 2 * block_size < context)
-      prefetch_bytes(keys_of<E>(h, h.pages[page + 2]), block_bytes);
+    prefetch_ahead(block_at, page, pages, block_bytes);
     for (std::uint32_t g = 0; g < group; ++g) {
       const float* query = queries + g * head_dim;
       float* out = scores + std::size_t{g} * context + start;
@@ -158,13 +171,12 @@ void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* _
   const std::size_t head_dim = h.kv->head_dim();
   const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
   std::fill_n(out, std::size_t{group} * head_dim, 0.0f);
-  if (block_size < context)
-    prefetch_bytes(values_of<E>(h, h.pages[1]), block_bytes);
+  const std::size_t pages = (context + block_size - 1) / block_size;
+  const auto block_at = [&h](std::size_t page) { return values_of<E>(h, h.pages[page]); };
   for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
     const typename E::T* rows = values_of<E>(h, h.pages[page]);
     const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    if (start + 2 * block_size < context)
-      prefetch_bytes(values_of<E>(h, h.pages[page + 2]), block_bytes);
+    prefetch_ahead(block_at, page, pages, block_bytes);
     for (std::uint32_t g = 0; g < group; ++g) {
       const float* p = probs + std::size_t{g} * context + start;
       float* head_out = out + std::size_t{g} * head_dim;
