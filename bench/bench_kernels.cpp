@@ -124,6 +124,8 @@ void quantized_shapes(benchmark::internal::Benchmark* b) {
   BENCHMARK_TEMPLATE(BM_linear, TensorType::TYPE, MatmulIsa::Avx2)                                 \
       ->Apply(quantized_shapes<TensorType::TYPE>);                                                 \
   BENCHMARK_TEMPLATE(BM_linear, TensorType::TYPE, MatmulIsa::Avx512)                               \
+      ->Apply(quantized_shapes<TensorType::TYPE>);                                                 \
+  BENCHMARK_TEMPLATE(BM_linear, TensorType::TYPE, MatmulIsa::Amx)                                  \
       ->Apply(quantized_shapes<TensorType::TYPE>)
 
 CAFLM_QUANTIZED_BENCHMARKS(Q4_0);

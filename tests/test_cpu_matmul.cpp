@@ -184,7 +184,7 @@ bool fits(TensorType type, size_t k) {
 // The instruction sets of the quantized kernels this CPU can run.
 std::vector<MatmulIsa> supported_isas() {
   std::vector<MatmulIsa> isas;
-  for (MatmulIsa isa : {MatmulIsa::Avx2, MatmulIsa::Avx512}) {
+  for (MatmulIsa isa : {MatmulIsa::Avx2, MatmulIsa::Avx512, MatmulIsa::Amx}) {
     if (matmul_isa_supported(isa)) {
       isas.push_back(isa);
     }
@@ -201,8 +201,10 @@ TEST_CASE("linear matches a double-precision product for every weight type", "[c
   // 288 an odd number of 32-blocks, k = 512 and 768 several super-blocks;
   // n = 101 crosses column tiles with a ragged edge and a ragged column
   // group; m covers every row-group shape.
-  const Shape shapes[] = {{1, 1, 32},    {3, 101, 96}, {9, 50, 256}, {6, 7, 77},
-                          {4, 130, 260}, {5, 37, 512}, {2, 9, 768},  {7, 13, 288}};
+  // m = 16 and more fill the AMX kernels' 16-row panels (with rows left over
+  // for the AVX-512 kernels at 35).
+  const Shape shapes[] = {{1, 1, 32},   {3, 101, 96}, {9, 50, 256}, {6, 7, 77},    {4, 130, 260},
+                          {5, 37, 512}, {2, 9, 768},  {7, 13, 288}, {16, 45, 288}, {35, 70, 512}};
   for (TensorType type : kWeightTypes) {
     for (MatmulIsa isa : supported_isas()) {
       for (const Shape& s : shapes) {
@@ -219,6 +221,33 @@ TEST_CASE("linear matches a double-precision product for every weight type", "[c
         linear(w.view(), x.data(), s.m, y.data(), bias.data(), isa);
         check_against_reference(w, x, s.m, y, bias.data());
       }
+    }
+  }
+}
+
+TEST_CASE("quantized linear gives the same bits with AMX tiles as with AVX-512 alone",
+          "[cpu_matmul][batch_invariance]") {
+  if (!matmul_isa_supported(MatmulIsa::Amx)) {
+    WARN("skipped: this CPU (or its kernel) offers no AMX-INT8 tiles to this process");
+    return;
+  }
+  std::mt19937 rng(5);
+  for (TensorType type : kWeightTypes) {
+    if (tensor_block_size(type) == 1) {
+      continue; // float weights take the AVX-512 kernels under both
+    }
+    const size_t k = fits(type, 288) ? 288 : 512;
+    const size_t n = 75;
+    const TestWeight w = make_weight(type, n, k, rng);
+    const std::vector<float> bias = random_vector(n, rng);
+    for (size_t m : {1, 16, 35, 64}) {
+      const std::vector<float> x = random_vector(m * k, rng);
+      std::vector<float> with_avx512(m * n);
+      std::vector<float> with_amx(m * n);
+      linear(w.view(), x.data(), m, with_avx512.data(), bias.data(), MatmulIsa::Avx512);
+      linear(w.view(), x.data(), m, with_amx.data(), bias.data(), MatmulIsa::Amx);
+      INFO("type " << to_string(type) << " m " << m);
+      REQUIRE(std::memcmp(with_avx512.data(), with_amx.data(), m * n * sizeof(float)) == 0);
     }
   }
 }

@@ -3,7 +3,10 @@
 #include "caflm/cpu/float_matmul_kernels.hpp"
 #include "caflm/cpu/quantized_matmul.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -77,16 +80,66 @@ struct Avx2Shapes {
 } // namespace
 
 const char* to_string(MatmulIsa isa) {
-  return isa == MatmulIsa::Avx512 ? "avx512" : "avx2";
+  switch (isa) {
+  case MatmulIsa::Avx2:
+    return "avx2";
+  case MatmulIsa::Avx512:
+    return "avx512";
+  case MatmulIsa::Amx:
+    break;
+  }
+  return "amx";
 }
 
-bool matmul_isa_supported(MatmulIsa isa) {
-  if (isa == MatmulIsa::Avx2) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }
+namespace {
+
+bool avx512_supported() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512vnni");
+}
+
+/// AMX-TILE and AMX-INT8 in CPUID, their state enabled by the OS (XCR0 bits
+/// 17 and 18), and Linux's per-process permission for the tile data granted
+/// (arch_prctl ARCH_REQ_XCOMP_PERM; until then a tile instruction faults).
+bool amx_usable() {
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_OSXSAVE) == 0) {
+      return false;
+    }
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) {
+      return false;
+    }
+    constexpr unsigned kAmxTile = 1u << 24, kAmxInt8 = 1u << 25;
+    if ((edx & kAmxTile) == 0 || (edx & kAmxInt8) == 0) {
+      return false;
+    }
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+    if ((xcr0_low & kTileState) != kTileState) {
+      return false;
+    }
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+
+} // namespace
+
+bool matmul_isa_supported(MatmulIsa isa) {
+  switch (isa) {
+  case MatmulIsa::Avx2:
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case MatmulIsa::Avx512:
+    return avx512_supported();
+  case MatmulIsa::Amx:
+    break;
+  }
+  return avx512_supported() && amx_usable();
 }
 
 MatmulIsa default_matmul_isa() {
@@ -94,6 +147,10 @@ MatmulIsa default_matmul_isa() {
     const char* forced = std::getenv("CAFLM_MATMUL_ISA");
     if (forced != nullptr && std::string_view(forced) == "avx2") {
       return MatmulIsa::Avx2;
+    }
+    if (matmul_isa_supported(MatmulIsa::Amx) &&
+        !(forced != nullptr && std::string_view(forced) == "avx512")) {
+      return MatmulIsa::Amx;
     }
     return matmul_isa_supported(MatmulIsa::Avx512) ? MatmulIsa::Avx512 : MatmulIsa::Avx2;
   }();
@@ -126,9 +183,10 @@ void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* _
   if (m == 0 || p.n == 0) {
     return;
   }
-  if (isa == MatmulIsa::Avx512) {
+  if (isa == MatmulIsa::Avx512 || isa == MatmulIsa::Amx) {
     if (!matmul_isa_supported(isa)) {
-      throw std::invalid_argument("linear: this CPU cannot run the avx512 kernels");
+      throw std::invalid_argument(std::string("linear: this CPU cannot run the ") + to_string(isa) +
+                                  " kernels");
     }
     detail::float_linear_avx512(w.type, p, m);
     return;

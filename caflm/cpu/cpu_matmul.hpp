@@ -25,12 +25,15 @@
 // the batch and any thread count.
 //
 // Quantized weights are read in place (from the memory-mapped file): each
-// group of 4 output columns is unpacked into a few KiB of per-thread scratch
+// group of 4 output columns (32 for AMX) is unpacked into per-thread scratch
 // that then meets every row of the batch. All kernels come for AVX2 and for
-// AVX-512 (F, BW, VL, DQ and VNNI), chosen at run time; the two give results
-// that differ in the last bits (16 float lanes instead of 8), each batch
-// invariant on its own; so results on a CPU without AVX-512 (or with
-// CAFLM_MATMUL_ISA=avx2) differ in the last bits from those on one with it.
+// AVX-512 (F, BW, VL, DQ and VNNI), and the quantized ones for AMX-INT8
+// tiles too, chosen at run time; they give results that differ in the last
+// bits (16 float lanes instead of 8; whole-block integer sums on AMX), each
+// batch invariant on its own; so results on a CPU without AVX-512 or AMX (or
+// with CAFLM_MATMUL_ISA set lower) differ in the last bits from those on one
+// with them. AMX runs at every batch size, one row as well as 512, so that a
+// row's bits never depend on which kernel its batch size picked.
 //
 // OpenBLAS is not used, not even for F32. Measured with OpenBLAS 0.3.21
 // (pthread), cblas_sgemm(RowMajor, NoTrans, Trans), against each row computed
@@ -54,16 +57,21 @@ namespace caflm {
 enum class MatmulIsa {
   Avx2,   ///< AVX2 + FMA + F16C (the build's baseline, x86-64-v3)
   Avx512, ///< AVX-512 F, BW, VL, DQ and VNNI
+  /// AVX-512 and AMX-INT8 tiles for quantized weights (float weights as
+  /// Avx512: AMX's BF16 would round them).
+  Amx,
 };
 
-/// "avx2" or "avx512".
+/// "avx2", "avx512" or "amx".
 const char* to_string(MatmulIsa isa);
 
-/// Whether this CPU can run the kernels of `isa`.
+/// Whether this CPU can run the kernels of `isa` (for Amx: and the kernel
+/// lets this process use the tiles, which the first call asks for).
 bool matmul_isa_supported(MatmulIsa isa);
 
-/// The instruction set linear() uses: AVX-512 where the CPU has it, unless the
-/// environment variable CAFLM_MATMUL_ISA=avx2 (read once) asks for AVX2.
+/// The instruction set linear() uses: the highest this CPU supports, unless
+/// the environment variable CAFLM_MATMUL_ISA (read once) names a lower one
+/// (avx2, avx512).
 MatmulIsa default_matmul_isa();
 
 /// y = x · W^T (+ bias): y[r, n] = sum_k x[r, k] * W[n, k] + bias[n], for a

@@ -5,15 +5,17 @@
 // templates that emit code, so no AVX-512 instruction can leak into a
 // function another translation unit shares through the linker.
 //
-// Per output element the float operations are, for the legacy kinds, one
-// 16-lane accumulator taking fma(cvt(sums) * d_x, d_w) for each pair of
-// blocks (lanes 0-7 the first block, 8-15 the second; a last odd block alone
-// in lanes 0-7), plus, with a min, the scalar fma(m_w, s_x) chain of the AVX2
-// kernels; then a fixed horizontal sum, + the scalar chain, + bias. For the K
-// kinds: per super-block the exact 16-lane integer sum of scale * quant * x,
-// then acc = fma(cvt(sumi) * d_x, d_w, acc) and, with mins,
-// acc = fnmadd(cvt(min . bsums) * d_x, dmin_w, acc) (min . bsums in lanes
-// 0-7); then the horizontal sum, + bias.
+// Per output element the float operations are those of the AMX kernels
+// (quantized_kernels_amx.cpp), so that a CPU with AMX and one with AVX-512
+// alone give the same bits, and the AMX ISA can take small batches here: for
+// the legacy kinds, per block the exact integer sum S (of the 16 dpbusd lanes
+// of a pair of blocks, lanes 0-7 the first block) and acc = fma(float(S) *
+// d_x, d_w, acc), with a min also summ = fma(m_w, s_x, summ), then y = acc (+
+// summ) (+ bias); for the K kinds, per super-block the exact integer sums S
+// (scale * quant * x) and M (min * bsum), then acc = fma(float(S - M) * d_x,
+// d_w, acc) (offset kinds) or acc = fma(float(S) * d_x, d_w, acc) and acc =
+// fnmadd(float(M) * d_x, dmin_w, acc) (kinds with a min), then y = acc (+
+// bias). A block's columns share the float lanes of one register.
 #include "caflm/cpu/quantized_matmul.hpp"
 
 // GCC 12's AVX-512 intrinsics (_mm512_cvtepi32_ps, _mm512_extractf32x8_ps...)
@@ -42,14 +44,27 @@ inline __m512i load_half(const void* p) {
   return _mm512_maskz_loadu_epi8(__mmask64{0xFFFFFFFFu}, p);
 }
 
-// d[0] in lanes 0-7, d[1] in lanes 8-15.
-inline __m512 pair_scales(const float* d) {
-  return _mm512_mask_blend_ps(__mmask16{0xFF00}, _mm512_set1_ps(d[0]), _mm512_set1_ps(d[1]));
+// Lanes 4L .. 4L + 3 of the result: the sums of 128-bit lane L of v0, v1, v2
+// and v3, exact (integer adds, in any order the same).
+inline __m512i lane_sums(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v3), _mm512_unpackhi_epi32(v2, v3));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
-// d[0] in lanes 0-7, zeros above.
-inline __m512 half_scales(const float* d) {
-  return _mm512_maskz_mov_ps(__mmask16{0x00FF}, _mm512_set1_ps(d[0]));
+// The whole sums of v0 .. v3 in lanes 0 .. 3.
+inline __m128i whole_sums(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+  const __m512i c = lane_sums(v0, v1, v2, v3);
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(c), _mm512_extracti64x4_epi64(c, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// Column j's value of a per-column array in lane j (j < NR), zeros above.
+template <int NR, typename F>
+inline __m128 column_lanes(F value) {
+  alignas(16) float lanes[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  unrolled<NR>([&](int j) { lanes[j] = value(j); });
+  return _mm_load_ps(lanes);
 }
 
 // How a legacy kernel takes the weight quants: signed (Q8_0, made unsigned
@@ -57,8 +72,10 @@ inline __m512 half_scales(const float* d) {
 // offsets are taken back through sum(x).
 enum class Legacy { kSigned, kOffset, kWithMin };
 
+// MR rows x NR (<= 4) columns; column j of a row in float lane j.
 template <int MR, int NR, Legacy kMode>
 __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, size_t col0) {
+  static_assert(NR <= 4);
   const size_t k = p.k;
   const size_t nb = k / 32;
   constexpr bool kWithMin = kMode == Legacy::kWithMin;
@@ -66,50 +83,63 @@ __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, s
   const __m512i offset =
       kMode == Legacy::kSigned ? flip : _mm512_set1_epi8(static_cast<char>(p.offset));
   const __m512i zero = _mm512_setzero_si512();
-  __m512 acc[MR][NR];
-  float summ[MR][NR];
+  __m128 acc[MR];
+  __m128 summ[MR];
   unrolled<MR>([&](int i) {
-    unrolled<NR>([&](int j) {
-      acc[i][j] = _mm512_setzero_ps();
-      summ[i][j] = 0.0f;
-    });
+    acc[i] = _mm_setzero_ps();
+    summ[i] = _mm_setzero_ps();
   });
   // Blocks b and b + 1 (or b alone when `half`).
   const auto step = [&](size_t b, bool half) {
     __m512i w[NR];
-    __m512 w_d[NR];
     unrolled<NR>([&](int j) {
-      const size_t col = col0 + j;
-      const uint8_t* q = p.w.q + col * k + 32 * b;
+      const uint8_t* q = p.w.q + (col0 + j) * k + 32 * b;
       w[j] = half ? load_half(q) : load(q);
       if constexpr (kMode == Legacy::kSigned) {
         // Signed quants as unsigned q + 128, the 128 taken back below.
         w[j] = _mm512_xor_si512(w[j], flip);
       }
-      w_d[j] = half ? half_scales(p.w.d + col * nb + b) : pair_scales(p.w.d + col * nb + b);
     });
+    const __m128 w_d = column_lanes<NR>([&](int j) { return p.w.d[(col0 + j) * nb + b]; });
+    __m128 w_d_next = w_d;
+    if (!half) {
+      w_d_next = column_lanes<NR>([&](int j) { return p.w.d[(col0 + j) * nb + b + 1]; });
+    }
+    __m128 w_m = w_d;
+    __m128 w_m_next = w_d;
+    if constexpr (kWithMin) {
+      w_m = column_lanes<NR>([&](int j) { return p.w.m[(col0 + j) * nb + b]; });
+      if (!half) {
+        w_m_next = column_lanes<NR>([&](int j) { return p.w.m[(col0 + j) * nb + b + 1]; });
+      }
+    }
     unrolled<MR>([&](int i) {
       const size_t row = row0 + i;
       const int8_t* xq = p.x_q + row * k + 32 * b;
       const __m512i x = half ? load_half(xq) : load(xq);
-      const __m512 x_d =
-          half ? half_scales(p.x_d + row * nb + b) : pair_scales(p.x_d + row * nb + b);
       __m512i init = zero;
       if constexpr (!kWithMin) {
         init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, x));
       }
-      unrolled<NR>([&](int j) {
-        const __m512 sums = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], x));
-        acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(sums, x_d), w_d[j], acc[i][j]);
+      __m512i v[4] = {zero, zero, zero, zero};
+      unrolled<NR>([&](int j) { v[j] = _mm512_dpbusd_epi32(init, w[j], x); });
+      // Block b's exact sums in lanes 0-3, block b + 1's in lanes 8-11.
+      const __m512i c = lane_sums(v[0], v[1], v[2], v[3]);
+      const __m512i sums = _mm512_add_epi32(c, _mm512_shuffle_i32x4(c, c, _MM_SHUFFLE(2, 3, 0, 1)));
+      const __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(_mm512_castsi512_si128(sums)),
+                                  _mm_set1_ps(p.x_d[row * nb + b]));
+      acc[i] = _mm_fmadd_ps(t, w_d, acc[i]);
+      if constexpr (kWithMin) {
+        summ[i] = _mm_fmadd_ps(w_m, _mm_set1_ps(p.x_s[row * nb + b]), summ[i]);
+      }
+      if (!half) {
+        const __m128 t_next = _mm_mul_ps(_mm_cvtepi32_ps(_mm512_extracti32x4_epi32(sums, 2)),
+                                         _mm_set1_ps(p.x_d[row * nb + b + 1]));
+        acc[i] = _mm_fmadd_ps(t_next, w_d_next, acc[i]);
         if constexpr (kWithMin) {
-          const size_t col = col0 + j;
-          summ[i][j] = __builtin_fmaf(p.w.m[col * nb + b], p.x_s[row * nb + b], summ[i][j]);
-          if (!half) {
-            summ[i][j] =
-                __builtin_fmaf(p.w.m[col * nb + b + 1], p.x_s[row * nb + b + 1], summ[i][j]);
-          }
+          summ[i] = _mm_fmadd_ps(w_m_next, _mm_set1_ps(p.x_s[row * nb + b + 1]), summ[i]);
         }
-      });
+      }
     });
   };
   size_t b = 0;
@@ -120,12 +150,10 @@ __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, s
     step(b, true);
   }
   for (int i = 0; i < MR; ++i) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, kWithMin ? _mm_add_ps(acc[i], summ[i]) : acc[i]);
     for (int j = 0; j < NR; ++j) {
-      float sum = hsum16(acc[i][j]);
-      if constexpr (kWithMin) {
-        sum += summ[i][j];
-      }
-      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
+      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? out[j] + p.bias[col0 + j] : out[j];
     }
   }
 }
@@ -142,68 +170,141 @@ alignas(32) constexpr uint8_t kScalePatterns[4][32] = {
     {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
      14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
 
-template <int MR, int NR, bool kOffset>
-__attribute__((flatten)) void super_block(const GroupProblem& p, size_t row0, size_t col0) {
+// The integer sums of super-block b for MR rows x NR columns: sumi[i][j]
+// (16 lanes adding up to S, the sum of scale * quant * x) and mins[i][j] (8
+// lanes adding up to M, the sum of min * bsum).
+template <int MR, int NR>
+inline void super_block_sums(const GroupProblem& p, size_t row0, size_t col0, size_t b,
+                             __m512i (&sumi)[MR][NR], __m256i (&mins)[MR][NR]) {
   const size_t k = p.k;
-  const size_t nb = k / 256;
-  __m512 acc[MR][NR];
-  unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { acc[i][j] = _mm512_setzero_ps(); }); });
-  for (size_t b = 0; b < nb; ++b) {
-    __m512i sumi[MR][NR];
-    unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { sumi[i][j] = _mm512_setzero_si512(); }); });
-    // The super-block's 16 sub-block scales in both 128-bit lanes.
-    __m256i packed_scales[NR];
-    unrolled<NR>([&](int j) {
-      packed_scales[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(p.w.scales + (col0 + j) * (k / 16) + 16 * b)));
-    });
-    // Unrolled: rolled, GCC moved the integer sums between registers on
-    // every pass, and the kernel ran 15-25% slower.
+  unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { sumi[i][j] = _mm512_setzero_si512(); }); });
+  // The super-block's 16 sub-block scales in both 128-bit lanes.
+  __m256i packed_scales[NR];
+  unrolled<NR>([&](int j) {
+    packed_scales[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(p.w.scales + (col0 + j) * (k / 16) + 16 * b)));
+  });
+  // Unrolled: rolled, GCC moved the integer sums between registers on
+  // every pass, and the kernel ran 15-25% slower.
 #pragma GCC unroll 4
-    for (size_t c = 0; c < 4; ++c) {
-      __m512i x[MR];
-      unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 256 * b + 64 * c); });
-      const __m256i pattern =
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(kScalePatterns[c]));
-      unrolled<NR>([&](int j) {
-        const size_t col = col0 + j;
-        const __m512i w = load(p.w.q + col * k + 256 * b + 64 * c);
-        // Sub-blocks 4c .. 4c + 3: their scales, 8 int16 each.
-        const __m512i scales = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(packed_scales[j], pattern));
-        unrolled<MR>([&](int i) {
-          sumi[i][j] = _mm512_dpwssd_epi32(sumi[i][j], _mm512_maddubs_epi16(w, x[i]), scales);
-        });
-      });
-    }
+  for (size_t c = 0; c < 4; ++c) {
+    __m512i x[MR];
+    unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 256 * b + 64 * c); });
+    const __m256i pattern = _mm256_load_si256(reinterpret_cast<const __m256i*>(kScalePatterns[c]));
     unrolled<NR>([&](int j) {
       const size_t col = col0 + j;
-      const __m256i mins =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.w.mins + col * (k / 16) + 16 * b));
-      const __m512 w_d = _mm512_set1_ps(p.w.d[col * nb + b]);
+      const __m512i w = load(p.w.q + col * k + 256 * b + 64 * c);
+      // Sub-blocks 4c .. 4c + 3: their scales, 8 int16 each.
+      const __m512i scales = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(packed_scales[j], pattern));
       unrolled<MR>([&](int i) {
-        const size_t row = row0 + i;
-        const __m256i bsums = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(p.x_bsums + row * (k / 16) + 16 * b));
-        const __m512i min_sums =
-            _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_madd_epi16(mins, bsums), 0);
-        const __m512 x_d = _mm512_set1_ps(p.x_d[row * nb + b]);
-        if constexpr (kOffset) {
-          const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[i][j], min_sums));
-          acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(s, x_d), w_d, acc[i][j]);
-        } else {
-          const __m512 s = _mm512_cvtepi32_ps(sumi[i][j]);
-          acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(s, x_d), w_d, acc[i][j]);
-          const __m512 ms = _mm512_cvtepi32_ps(min_sums);
-          acc[i][j] = _mm512_fnmadd_ps(_mm512_mul_ps(ms, x_d), _mm512_set1_ps(p.w.m[col * nb + b]),
-                                       acc[i][j]);
-        }
+        sumi[i][j] = _mm512_dpwssd_epi32(sumi[i][j], _mm512_maddubs_epi16(w, x[i]), scales);
       });
     });
   }
+  unrolled<NR>([&](int j) {
+    const __m256i w_mins = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(p.w.mins + (col0 + j) * (k / 16) + 16 * b));
+    unrolled<MR>([&](int i) {
+      const __m256i bsums = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(p.x_bsums + (row0 + i) * (k / 16) + 16 * b));
+      mins[i][j] = _mm256_madd_epi16(w_mins, bsums);
+    });
+  });
+}
+
+// Any MR x NR (<= 4) block; column j of a row in float lane j.
+template <int MR, int NR, bool kOffset>
+__attribute__((flatten)) void super_block(const GroupProblem& p, size_t row0, size_t col0) {
+  static_assert(NR <= 4);
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  const __m512i zero = _mm512_setzero_si512();
+  __m128 acc[MR];
+  unrolled<MR>([&](int i) { acc[i] = _mm_setzero_ps(); });
+  for (size_t b = 0; b < nb; ++b) {
+    __m512i sumi[MR][NR];
+    __m256i mins[MR][NR];
+    super_block_sums<MR, NR>(p, row0, col0, b, sumi, mins);
+    const __m128 w_d = column_lanes<NR>([&](int j) { return p.w.d[(col0 + j) * nb + b]; });
+    const __m128 w_dmin = column_lanes<NR>([&](int j) { return p.w.m[(col0 + j) * nb + b]; });
+    unrolled<MR>([&](int i) {
+      __m512i v[4] = {zero, zero, zero, zero};
+      __m512i m[4] = {zero, zero, zero, zero};
+      unrolled<NR>([&](int j) {
+        v[j] = sumi[i][j];
+        m[j] = _mm512_zextsi256_si512(mins[i][j]);
+      });
+      const __m128i sums = whole_sums(v[0], v[1], v[2], v[3]);
+      const __m128i min_sums = whole_sums(m[0], m[1], m[2], m[3]);
+      const __m128 x_d = _mm_set1_ps(p.x_d[(row0 + i) * nb + b]);
+      if constexpr (kOffset) {
+        const __m128 t = _mm_mul_ps(_mm_cvtepi32_ps(_mm_sub_epi32(sums, min_sums)), x_d);
+        acc[i] = _mm_fmadd_ps(t, w_d, acc[i]);
+      } else {
+        acc[i] = _mm_fmadd_ps(_mm_mul_ps(_mm_cvtepi32_ps(sums), x_d), w_d, acc[i]);
+        acc[i] = _mm_fnmadd_ps(_mm_mul_ps(_mm_cvtepi32_ps(min_sums), x_d), w_dmin, acc[i]);
+      }
+    });
+  }
   for (int i = 0; i < MR; ++i) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc[i]);
     for (int j = 0; j < NR; ++j) {
-      const float sum = hsum16(acc[i][j]);
-      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
+      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? out[j] + p.bias[col0 + j] : out[j];
+    }
+  }
+}
+
+// The 4 x 2 block of every whole row group, the same operations per element
+// as super_block, with the reductions and float operations of all 8 elements
+// shared: element (i, j) in float lane 2i + j (rows 0-1) or 8 + 2(i - 2) + j
+// (rows 2-3).
+template <bool kOffset>
+__attribute__((flatten)) void super_block_4x2(const GroupProblem& p, size_t row0, size_t col0) {
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  __m512 acc = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    __m512i sumi[4][2];
+    __m256i mins[4][2];
+    super_block_sums<4, 2>(p, row0, col0, b, sumi, mins);
+    // S: 128-bit lane L of c01 holds lane L's sums of (0, 0), (0, 1), (1, 0),
+    // (1, 1), of c23 those of rows 2 and 3; adding the 4 lanes up leaves
+    // rows 0-1 in lanes 0-3 and rows 2-3 in lanes 8-11.
+    const __m512i c01 = lane_sums(sumi[0][0], sumi[0][1], sumi[1][0], sumi[1][1]);
+    const __m512i c23 = lane_sums(sumi[2][0], sumi[2][1], sumi[3][0], sumi[3][1]);
+    const __m512i e = _mm512_add_epi32(_mm512_shuffle_i32x4(c01, c23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(c01, c23, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i sums = _mm512_add_epi32(e, _mm512_shuffle_i32x4(e, e, _MM_SHUFFLE(2, 3, 0, 1)));
+    // M: rows 0-1 in the low 256 bits, rows 2-3 in the high, the same way.
+    const __m512i u0 = _mm512_inserti64x4(_mm512_castsi256_si512(mins[0][0]), mins[2][0], 1);
+    const __m512i u1 = _mm512_inserti64x4(_mm512_castsi256_si512(mins[0][1]), mins[2][1], 1);
+    const __m512i u2 = _mm512_inserti64x4(_mm512_castsi256_si512(mins[1][0]), mins[3][0], 1);
+    const __m512i u3 = _mm512_inserti64x4(_mm512_castsi256_si512(mins[1][1]), mins[3][1], 1);
+    const __m512i g = lane_sums(u0, u1, u2, u3);
+    const __m512i min_sums =
+        _mm512_add_epi32(g, _mm512_shuffle_i32x4(g, g, _MM_SHUFFLE(2, 3, 0, 1)));
+    const float* x_d = p.x_d + row0 * nb + b;
+    const __m512 row_d = _mm512_setr_ps(x_d[0], x_d[0], x_d[nb], x_d[nb], 0, 0, 0, 0, x_d[2 * nb],
+                                        x_d[2 * nb], x_d[3 * nb], x_d[3 * nb], 0, 0, 0, 0);
+    const float d0 = p.w.d[col0 * nb + b], d1 = p.w.d[(col0 + 1) * nb + b];
+    const __m512 w_d = _mm512_setr_ps(d0, d1, d0, d1, 0, 0, 0, 0, d0, d1, d0, d1, 0, 0, 0, 0);
+    if constexpr (kOffset) {
+      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, min_sums)), row_d);
+      acc = _mm512_fmadd_ps(t, w_d, acc);
+    } else {
+      const float m0 = p.w.m[col0 * nb + b], m1 = p.w.m[(col0 + 1) * nb + b];
+      const __m512 w_dmin = _mm512_setr_ps(m0, m1, m0, m1, 0, 0, 0, 0, m0, m1, m0, m1, 0, 0, 0, 0);
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums), row_d), w_d, acc);
+      acc = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(min_sums), row_d), w_dmin, acc);
+    }
+  }
+  alignas(64) float out[16];
+  _mm512_store_ps(out, acc);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      const float v = out[(i < 2 ? 2 * i : 8 + 2 * (i - 2)) + j];
+      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? v + p.bias[col0 + j] : v;
     }
   }
 }
@@ -227,7 +328,11 @@ struct Super {
   static constexpr int kWideNR = 2;
   template <int MR, int NR>
   static void block(const GroupProblem& p, size_t row0, size_t col0) {
-    super_block<MR, NR, kOffset>(p, row0, col0);
+    if constexpr (MR == 4 && NR == 2) {
+      super_block_4x2<kOffset>(p, row0, col0);
+    } else {
+      super_block<MR, NR, kOffset>(p, row0, col0);
+    }
   }
 };
 

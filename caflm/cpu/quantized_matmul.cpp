@@ -18,17 +18,17 @@ namespace {
 
 // Output columns per parallel work item, at most (a multiple of kGroupCols).
 constexpr size_t kMaxTileCols = 64;
-static_assert(kMaxTileCols % kGroupCols == 0);
+static_assert(kMaxTileCols % kGroupCols == 0 && kMaxTileCols % kAmxGroupCols == 0);
 
 // Tile width for n columns: about 4 tiles per thread so that dynamic
 // scheduling can even out the load (decode has few columns to share), whole
 // column groups, at most kMaxTileCols. Which thread computes a column, and in
 // which tile, never changes its bits: the width is free to follow the thread
 // count.
-size_t tile_cols(size_t n) {
+size_t tile_cols(size_t n, size_t group_cols) {
   const size_t tiles = 4 * static_cast<size_t>(std::max(1, omp_get_max_threads()));
-  const size_t groups = std::max<size_t>(1, (n + tiles * kGroupCols - 1) / (tiles * kGroupCols));
-  return std::min(kMaxTileCols, groups * kGroupCols);
+  const size_t groups = std::max<size_t>(1, (n + tiles * group_cols - 1) / (tiles * group_cols));
+  return std::min(std::max(kMaxTileCols, group_cols), groups * group_cols);
 }
 
 // Below this many multiply-adds a call runs on the calling thread.
@@ -398,6 +398,166 @@ void decode_super_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, int8
                       d + col * nb, dmin + col * nb);
 }
 
+/// The rows of x quantized by quantized_linear (row-major, ActivationRow's
+/// arrays for all rows).
+struct QuantizedRows {
+  const int8_t* q;
+  const float* d;
+  const float* s;
+  const int16_t* bsums;
+};
+
+/// Lays out row `row` of x in the 16-row panels of AmxActivations (the
+/// writable arrays at q, d, s, sums and bsums).
+void pack_panel_row(QuantKind kind, size_t k, size_t blocks, size_t row, const QuantizedRows& x,
+                    int8_t* q, float* d, float* s, int32_t* sums, int16_t* bsums) {
+  const size_t panel = row / 16;
+  const size_t lane = row % 16;
+  int8_t* q_out = q + panel * (k / 4) * 64 + 4 * lane;
+  const int8_t* q_in = x.q + row * k;
+  for (size_t g = 0; g < k / 4; ++g) {
+    std::memcpy(q_out + 64 * g, q_in + 4 * g, 4);
+  }
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t at = (panel * blocks + b) * 16 + lane;
+    d[at] = x.d[row * blocks + b];
+    if (s != nullptr) {
+      s[at] = x.s[row * blocks + b];
+    }
+    if (sums != nullptr) {
+      int32_t sum = 0;
+      for (size_t i = 0; i < 32; ++i) {
+        sum += q_in[32 * b + i];
+      }
+      sums[at] = sum;
+    }
+  }
+  if (kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset) {
+    const size_t super_blocks = k / 256;
+    for (size_t sb = 0; sb < super_blocks; ++sb) {
+      for (size_t i = 0; i < 16; ++i) {
+        // Pair i / 2 of the super-block, lane, member i % 2.
+        bsums[(((panel * super_blocks + sb) * 8 + i / 2) * 16 + lane) * 2 + i % 2] =
+            x.bsums[row * (k / 16) + 16 * sb + i];
+      }
+    }
+  }
+}
+
+/// quantized_linear's column loop on the AMX kernels, for m >= 16: x in
+/// 16-row panels, groups of kAmxGroupCols columns.
+void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const QuantizedRows& x,
+                size_t m, float* __restrict__ y, const float* __restrict__ bias) {
+  const size_t k = w.cols;
+  const size_t n = w.rows;
+  const size_t blocks = k / tensor_block_size(act);
+  // Whole panels of 16 rows go through the tiles, the rows after them
+  // through the AVX-512 kernels, which compute the same bits.
+  const size_t panels = m / 16;
+  const size_t tile_rows = 16 * panels;
+  const bool super = kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
+  thread_local std::vector<int8_t> panel_q;
+  thread_local std::vector<float> panel_d;
+  thread_local std::vector<float> panel_s;
+  thread_local std::vector<int32_t> panel_sums;
+  thread_local std::vector<int16_t> panel_bsums;
+  panel_q.resize(panels * 16 * k);
+  panel_d.resize(panels * 16 * blocks);
+  panel_s.resize(x.s != nullptr ? panels * 16 * blocks : 0);
+  panel_sums.resize(kind == QuantKind::kLegacyOffset ? panels * 16 * blocks : 0);
+  panel_bsums.resize(super ? panels * 16 * (k / 16) : 0);
+  int8_t* const pq = panel_q.data();
+  float* const pd = panel_d.data();
+  float* const ps = x.s != nullptr ? panel_s.data() : nullptr;
+  int32_t* const psums = kind == QuantKind::kLegacyOffset ? panel_sums.data() : nullptr;
+  int16_t* const pb = super ? panel_bsums.data() : nullptr;
+  const auto panel_rows = static_cast<ptrdiff_t>(tile_rows);
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMinMacs / 8)
+  for (ptrdiff_t r = 0; r < panel_rows; ++r) {
+    pack_panel_row(kind, k, blocks, static_cast<size_t>(r), x, pq, pd, ps, psums, pb);
+  }
+  const size_t x_row_blocks = k / tensor_block_size(act);
+  const AmxActivations panelled{panels, pq, pd, ps, psums, pb};
+
+  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  const size_t w_row_bytes = tensor_row_bytes(w.type, k);
+  const size_t tile_width = tile_cols(n, kAmxGroupCols);
+  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
+#pragma omp parallel if (m * n * k >= kParallelMinMacs)
+  {
+    amx_begin(kind);
+#pragma omp for schedule(dynamic)
+    for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+      // This thread's decoded column group, grown once.
+      thread_local std::vector<uint8_t> q;
+      thread_local std::vector<float> d;
+      thread_local std::vector<float> mm;
+      thread_local std::vector<int8_t> scales;
+      thread_local std::vector<int16_t> mins;
+      thread_local std::vector<int8_t> low;
+      thread_local std::vector<int8_t> high;
+      q.resize(kAmxGroupCols * k);
+      d.resize(kAmxGroupCols * (k / 32));
+      mm.resize(kAmxGroupCols * (k / 32));
+      scales.resize(super ? kAmxGroupCols * k / 16 : 0);
+      mins.resize(super ? kAmxGroupCols * k / 16 : 0);
+      low.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
+      high.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
+      const size_t col_begin = static_cast<size_t>(tile) * tile_width;
+      const size_t col_end = std::min(n, col_begin + tile_width);
+      for (size_t col0 = col_begin; col0 < col_end; col0 += kAmxGroupCols) {
+        const size_t cols = std::min(kAmxGroupCols, col_end - col0);
+        for (size_t j = 0; j < cols; ++j) {
+          decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), nullptr,
+                            d.data(), mm.data(), scales.data(), mins.data());
+        }
+        AmxGroupProblem tiles{};
+        tiles.kind = kind;
+        tiles.k = k;
+        tiles.m = tile_rows;
+        tiles.x = panelled;
+        tiles.w =
+            DecodedColumns{q.data(), nullptr, d.data(), mm.data(), scales.data(), mins.data()};
+        tiles.low = low.data();
+        tiles.high = high.data();
+        tiles.offset = legacy_offset(w.type);
+        tiles.cols = cols;
+        tiles.y = y + col0;
+        tiles.y_stride = n;
+        tiles.bias = bias != nullptr ? bias + col0 : nullptr;
+        dot_group_amx(tiles);
+        // The rows after the last panel: the decoded group in column groups
+        // of kGroupCols, as the AVX-512 kernels take them (the same layout,
+        // offset by column).
+        const size_t w_blocks = k / tensor_block_size(w.type);
+        for (size_t sub = 0; tile_rows < m && sub < cols; sub += kGroupCols) {
+          GroupProblem rest{};
+          rest.kind = kind;
+          rest.k = k;
+          rest.m = m - tile_rows;
+          rest.x_q = x.q + tile_rows * k;
+          rest.x_d = x.d + tile_rows * x_row_blocks;
+          rest.x_s = x.s != nullptr ? x.s + tile_rows * x_row_blocks : nullptr;
+          rest.x_bsums = x.bsums != nullptr ? x.bsums + tile_rows * (k / 16) : nullptr;
+          rest.w = DecodedColumns{q.data() + sub * k,
+                                  nullptr,
+                                  d.data() + sub * w_blocks,
+                                  mm.data() + sub * w_blocks,
+                                  super ? scales.data() + sub * (k / 16) : nullptr,
+                                  super ? mins.data() + sub * (k / 16) : nullptr};
+          rest.offset = legacy_offset(w.type);
+          rest.cols = std::min(kGroupCols, cols - sub);
+          rest.y = y + tile_rows * n + col0 + sub;
+          rest.y_stride = n;
+          rest.bias = bias != nullptr ? bias + col0 + sub : nullptr;
+          dot_group_avx512(rest);
+        }
+      }
+    }
+    amx_end();
+  }
+}
+
 } // namespace
 
 QuantKind quant_kind(TensorType weight_type) {
@@ -543,9 +703,16 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
                                           xb != nullptr ? xb + row * (k / 16) : nullptr});
   }
 
+  // Fewer rows than a tile's 16 take the AVX-512 kernels, which give the
+  // same bits.
+  if (isa == MatmulIsa::Amx && m >= 16) {
+    const QuantizedRows rows{xq, xd, xs, xb};
+    amx_linear(w, kind, act, rows, m, y, bias);
+    return;
+  }
   const bool signed_avx2 = kind == QuantKind::kLegacySigned && isa == MatmulIsa::Avx2;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  const size_t tile_width = tile_cols(n);
+  const size_t tile_width = tile_cols(n, kGroupCols);
   const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
 #pragma omp parallel for schedule(dynamic) if (m * n * k >= kParallelMinMacs)
   for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
@@ -587,7 +754,7 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
       p.y = y + col0;
       p.y_stride = n;
       p.bias = bias != nullptr ? bias + col0 : nullptr;
-      if (isa == MatmulIsa::Avx512) {
+      if (isa != MatmulIsa::Avx2) {
         dot_group_avx512(p);
       } else {
         dot_group_avx2(p);

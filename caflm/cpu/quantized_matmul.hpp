@@ -108,11 +108,55 @@ struct GroupProblem {
   const float* bias; // [cols] or null
 };
 
-/// The dot kernels, one per instruction set (the AVX-512 one lives in a
-/// translation unit of its own, compiled with AVX-512 enabled, and is only
-/// called when the CPU has it).
+/// The dot kernels, one per instruction set (the AVX-512 and AMX ones live
+/// in translation units of their own, compiled with those enabled, and are
+/// only called when the CPU has them).
 void dot_group_avx2(const GroupProblem& p);
 void dot_group_avx512(const GroupProblem& p);
+
+/// Output columns a group of the AMX kernels takes: two tile rows of 16.
+inline constexpr size_t kAmxGroupCols = 32;
+
+/// Whole 16-row panels of x, as the AMX kernels' B tiles and AVX-512 lanes
+/// take them (rows after the last whole panel go to the AVX-512 kernels).
+struct AmxActivations {
+  size_t panels;
+  const int8_t* q;      // [panels, k / 4, 16, 4]: quants 4 at a time, row after row
+  const float* d;       // [panels, k / block, 16]
+  const float* s;       // [panels, k / 32, 16] (kLegacyWithMin)
+  const int32_t* sums;  // [panels, k / 32, 16] (kLegacyOffset): sum of each block's quants
+  const int16_t* bsums; // [panels, k / 256, 8, 16, 2] (K kinds): bsums 2i, 2i + 1 of each row
+};
+
+/// Row pitch of the AMX kernels' split products: k and a cache line, so
+/// that a tile's 16 rows do not crowd into a few L1 sets when k is a power
+/// of 2.
+inline size_t amx_split_pitch(size_t k) {
+  return k + 64;
+}
+
+/// Everything an AMX kernel needs for one group of up to kAmxGroupCols
+/// columns against all rows.
+struct AmxGroupProblem {
+  QuantKind kind;
+  size_t k;
+  size_t m;
+  AmxActivations x;
+  DecodedColumns w; // kAmxGroupCols decoded rows (unused ones any finite value)
+  int8_t* low;      // [kAmxGroupCols, amx_split_pitch(k)] scratch for the K kinds' split products
+  int8_t* high;     // [kAmxGroupCols, amx_split_pitch(k)]
+  int offset;
+  size_t cols; // 1..kAmxGroupCols
+  float* y;
+  size_t y_stride;
+  const float* bias;
+};
+
+/// Loads the tile configuration of `kind`'s AMX kernels on the calling
+/// thread; amx_end() releases it. dot_group_amx runs between the two.
+void amx_begin(QuantKind kind);
+void amx_end();
+void dot_group_amx(const AmxGroupProblem& p);
 
 /// linear() for a quantized weight type with the kernels of `isa`.
 void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,

@@ -1,0 +1,403 @@
+// The AMX (AMX-TILE, AMX-INT8, with AVX-512 around them) kernels of quantized
+// linear layers (see quantized_matmul.hpp). This file alone is compiled with
+// AMX enabled (caflm/cpu/CMakeLists.txt), and its functions run only where
+// the CPU has AMX and the kernel let this process use it (MatmulIsa::Amx).
+// Internal linkage and no library templates that emit code, as in
+// quantized_kernels_avx512.cpp, so that no AMX or AVX-512 instruction can
+// leak into a function another translation unit shares through the linker.
+//
+// A tile multiply-add takes the integer dot products of 16 weight columns
+// (tile A: one decoded weight row per tile row) with 16 rows of x (tile B:
+// the x panel of AmxActivations) over 64 values at once, exactly, into 16 x
+// 16 int32 sums (tile C: a weight column per tile row, a row of x per lane).
+// The float parts are AVX-512, one lane per row of x, and so are, per output
+// element, these operations:
+// - legacy kinds: per block b of 32, S = the exact integer w . x of the
+//   block (stored quants less the offset times sum(x)); acc = fma(float(S) *
+//   d_x, d_w, acc), block by block; with a min, also summ = fma(m_w, s_x,
+//   summ); then y = acc (+ summ) (+ bias).
+// - K kinds: per super-block, S = the exact sum over its values of (scale *
+//   quant) * x (the products split as 128 * high + low, both int8, each half
+//   a tile multiply-add of its own), M = the exact sum of min * bsum over its
+//   16 sub-blocks of 16; offset kinds acc = fma(float(S - M) * d_x, d_w,
+//   acc); kinds with a min acc = fma(float(S) * d_x, d_w, acc) and then acc =
+//   fnmadd(float(M) * d_x, dmin_w, acc); y = acc (+ bias).
+// None of it depends on the batch size, the element's row or column, or the
+// thread: a row of x is bitwise the same alone or among others.
+#include "caflm/cpu/quantized_matmul.hpp"
+
+// As in quantized_kernels_avx512.cpp: GCC 12's AVX-512 intrinsics trip its
+// own -Wuninitialized once inlined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace caflm::detail {
+
+namespace {
+
+// Tile registers: two C pairs so that one pair's sums are read out while the
+// other pair takes the next block's products; A (and A high for the K
+// kinds' high halves) and B. Macros, as GCC's tile intrinsics paste their
+// register operands into the assembly text.
+#define CAFLM_TILE_C0 0
+#define CAFLM_TILE_C1 1
+#define CAFLM_TILE_C2 2
+#define CAFLM_TILE_C3 3
+#define CAFLM_TILE_A 4
+#define CAFLM_TILE_A_HIGH 5
+#define CAFLM_TILE_B 6
+
+// LDTILECFG's 64-byte operand, palette 1.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+constexpr size_t kLanes = 16;
+
+inline __m512 broadcast(float v) {
+  return _mm512_set1_ps(v);
+}
+
+// Rows of x in panel `panel` of a batch of m (the last may be partial).
+inline size_t rows_in_panel(size_t m, size_t panel) {
+  const size_t left = m - kLanes * panel;
+  return left < kLanes ? left : kLanes;
+}
+
+// Columns of a group of `cols` in its 16-column half `half`.
+inline size_t columns_in_half(size_t cols, size_t half) {
+  const size_t left = cols - kLanes * half;
+  return left < kLanes ? left : kLanes;
+}
+
+// Writes a 16 x 16 block held column by column (block[j] lane r: row r of
+// column j) to y row by row: row r < rows, its first `cols` values at y + r *
+// y_stride, each + its column's bias where there is one (no bias adds
+// nothing: not + 0, which would turn -0 into +0). Whole rows, so that each
+// store fills cache lines instead of touching 16 of them a column at a time.
+inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size_t rows,
+                        size_t cols, const float* bias) {
+  // A 16 x 16 transpose: pairs, then quads within 128-bit lanes, then lanes.
+  __m512 pairs[kLanes];
+  for (size_t i = 0; i < kLanes; i += 2) {
+    pairs[i] = _mm512_unpacklo_ps(block[i], block[i + 1]);
+    pairs[i + 1] = _mm512_unpackhi_ps(block[i], block[i + 1]);
+  }
+  // quads[4i + c], 128-bit lane L: row 4L + c, columns 4i .. 4i + 3.
+  __m512 quads[kLanes];
+  for (size_t i = 0; i < kLanes; i += 4) {
+    quads[i] = _mm512_shuffle_ps(pairs[i], pairs[i + 2], 0x44);
+    quads[i + 1] = _mm512_shuffle_ps(pairs[i], pairs[i + 2], 0xEE);
+    quads[i + 2] = _mm512_shuffle_ps(pairs[i + 1], pairs[i + 3], 0x44);
+    quads[i + 3] = _mm512_shuffle_ps(pairs[i + 1], pairs[i + 3], 0xEE);
+  }
+  __m512 out[kLanes];
+  for (size_t c = 0; c < 4; ++c) {
+    const __m512 even_low = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0x88);
+    const __m512 odd_low = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0xDD);
+    const __m512 even_high = _mm512_shuffle_f32x4(quads[8 + c], quads[12 + c], 0x88);
+    const __m512 odd_high = _mm512_shuffle_f32x4(quads[8 + c], quads[12 + c], 0xDD);
+    out[c] = _mm512_shuffle_f32x4(even_low, even_high, 0x88);
+    out[8 + c] = _mm512_shuffle_f32x4(even_low, even_high, 0xDD);
+    out[4 + c] = _mm512_shuffle_f32x4(odd_low, odd_high, 0x88);
+    out[12 + c] = _mm512_shuffle_f32x4(odd_low, odd_high, 0xDD);
+  }
+  const __mmask16 valid = static_cast<__mmask16>((1u << cols) - 1);
+  const __m512 biases = bias != nullptr ? _mm512_maskz_loadu_ps(valid, bias) : _mm512_setzero_ps();
+  for (size_t r = 0; r < rows; ++r) {
+    _mm512_mask_storeu_ps(y + r * y_stride, valid,
+                          bias != nullptr ? _mm512_add_ps(out[r], biases) : out[r]);
+  }
+}
+
+// One 16-column half of a legacy group against one x panel.
+template <QuantKind kKind>
+void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
+  constexpr bool kSigned = kKind == QuantKind::kLegacySigned;
+  constexpr bool kOffset = kKind == QuantKind::kLegacyOffset;
+  constexpr bool kWithMin = kKind == QuantKind::kLegacyWithMin;
+  const size_t k = p.k;
+  const size_t nb = k / 32;
+  const uint8_t* a = p.w.q + kLanes * half * k;   // [16, k] weight rows
+  const int8_t* b = p.x.q + panel * (k / 4) * 64; // [k / 4, 16 x 4]
+  const float* x_d = p.x.d + panel * nb * kLanes; // [nb, 16]
+  const float* x_s = kWithMin ? p.x.s + panel * nb * kLanes : nullptr;
+  const int32_t* x_sums = kOffset ? p.x.sums + panel * nb * kLanes : nullptr;
+  const size_t col0 = kLanes * half;
+  alignas(64) int32_t sums[2][kLanes][kLanes];
+  __m512 acc[kLanes];
+  __m512 summ[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) {
+    acc[j] = _mm512_setzero_ps();
+    summ[j] = _mm512_setzero_ps();
+  }
+  // Block blk's products into C0 (even blocks) or C1 (odd), then to sums.
+  const auto issue = [&](size_t blk) {
+    _tile_loadd(CAFLM_TILE_A, a + 32 * blk, k);
+    _tile_loadd(CAFLM_TILE_B, b + blk * 8 * 64, 64);
+    // Signed weights (Q8_0) or unsigned ones (stored with an offset or a min).
+    if (blk % 2 == 0) {
+      _tile_zero(CAFLM_TILE_C0);
+      if constexpr (kSigned) {
+        _tile_dpbssd(CAFLM_TILE_C0, CAFLM_TILE_A, CAFLM_TILE_B);
+      } else {
+        _tile_dpbusd(CAFLM_TILE_C0, CAFLM_TILE_A, CAFLM_TILE_B);
+      }
+    } else {
+      _tile_zero(CAFLM_TILE_C1);
+      if constexpr (kSigned) {
+        _tile_dpbssd(CAFLM_TILE_C1, CAFLM_TILE_A, CAFLM_TILE_B);
+      } else {
+        _tile_dpbusd(CAFLM_TILE_C1, CAFLM_TILE_A, CAFLM_TILE_B);
+      }
+    }
+  };
+  const auto read_out = [&](size_t blk) {
+    if (blk % 2 == 0) {
+      _tile_stored(CAFLM_TILE_C0, sums[0], 64);
+    } else {
+      _tile_stored(CAFLM_TILE_C1, sums[1], 64);
+    }
+  };
+  issue(0);
+  read_out(0);
+  for (size_t blk = 0; blk < nb; ++blk) {
+    // The next block's products run while this one's are scaled.
+    if (blk + 1 < nb) {
+      issue(blk + 1);
+    }
+    const __m512 d = _mm512_loadu_ps(x_d + kLanes * blk);
+    __m512i correction = _mm512_setzero_si512();
+    if constexpr (kOffset) {
+      correction = _mm512_mullo_epi32(_mm512_set1_epi32(p.offset),
+                                      _mm512_loadu_si512(x_sums + kLanes * blk));
+    }
+    const int32_t(*block_sums)[kLanes] = sums[blk % 2];
+    for (size_t j = 0; j < kLanes; ++j) {
+      const size_t col = col0 + j;
+      __m512i s = _mm512_load_si512(block_sums[j]);
+      if constexpr (kOffset) {
+        s = _mm512_sub_epi32(s, correction);
+      }
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d),
+                               broadcast(p.w.d[col * nb + blk]), acc[j]);
+      if constexpr (kWithMin) {
+        summ[j] = _mm512_fmadd_ps(broadcast(p.w.m[col * nb + blk]),
+                                  _mm512_loadu_ps(x_s + kLanes * blk), summ[j]);
+      }
+    }
+    if (blk + 1 < nb) {
+      read_out(blk + 1);
+    }
+  }
+  if constexpr (kWithMin) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      acc[j] = _mm512_add_ps(acc[j], summ[j]);
+    }
+  }
+  store_block(acc, p.y + kLanes * panel * p.y_stride + col0, p.y_stride, rows_in_panel(p.m, panel),
+              columns_in_half(p.cols, half), p.bias != nullptr ? p.bias + col0 : nullptr);
+}
+
+// One 16-column half of a K group against one x panel.
+template <QuantKind kKind>
+void super_half(const AmxGroupProblem& p, size_t half, size_t panel) {
+  constexpr bool kOffset = kKind == QuantKind::kSuperOffset;
+  const size_t k = p.k;
+  const size_t nsb = k / 256;
+  const size_t pitch = amx_split_pitch(k);
+  const int8_t* low = p.low + kLanes * half * pitch;               // [16, pitch]
+  const int8_t* high = p.high + kLanes * half * pitch;             // [16, pitch]
+  const int8_t* b = p.x.q + panel * (k / 4) * 64;                  // [k / 4, 16 x 4]
+  const float* x_d = p.x.d + panel * nsb * kLanes;                 // [nsb, 16]
+  const int16_t* bsums = p.x.bsums + panel * nsb * 8 * 2 * kLanes; // [nsb, 8, 16 x 2]
+  const size_t col0 = kLanes * half;
+  alignas(64) int32_t sums[2][2][kLanes][kLanes]; // [slot][low, high]
+  __m512 acc[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) {
+    acc[j] = _mm512_setzero_ps();
+  }
+  const auto issue = [&](size_t sb) {
+    if (sb % 2 == 0) {
+      _tile_zero(CAFLM_TILE_C0);
+      _tile_zero(CAFLM_TILE_C1);
+    } else {
+      _tile_zero(CAFLM_TILE_C2);
+      _tile_zero(CAFLM_TILE_C3);
+    }
+    for (size_t c = 0; c < 4; ++c) {
+      const size_t v = 256 * sb + 64 * c;
+      _tile_loadd(CAFLM_TILE_B, b + (v / 4) * 64, 64);
+      _tile_loadd(CAFLM_TILE_A, low + v, pitch);
+      _tile_loadd(CAFLM_TILE_A_HIGH, high + v, pitch);
+      if (sb % 2 == 0) {
+        _tile_dpbssd(CAFLM_TILE_C0, CAFLM_TILE_A, CAFLM_TILE_B);
+        _tile_dpbssd(CAFLM_TILE_C1, CAFLM_TILE_A_HIGH, CAFLM_TILE_B);
+      } else {
+        _tile_dpbssd(CAFLM_TILE_C2, CAFLM_TILE_A, CAFLM_TILE_B);
+        _tile_dpbssd(CAFLM_TILE_C3, CAFLM_TILE_A_HIGH, CAFLM_TILE_B);
+      }
+    }
+  };
+  const auto read_out = [&](size_t sb) {
+    if (sb % 2 == 0) {
+      _tile_stored(CAFLM_TILE_C0, sums[0][0], 64);
+      _tile_stored(CAFLM_TILE_C1, sums[0][1], 64);
+    } else {
+      _tile_stored(CAFLM_TILE_C2, sums[1][0], 64);
+      _tile_stored(CAFLM_TILE_C3, sums[1][1], 64);
+    }
+  };
+  issue(0);
+  read_out(0);
+  for (size_t sb = 0; sb < nsb; ++sb) {
+    if (sb + 1 < nsb) {
+      issue(sb + 1);
+    }
+    const __m512 d = _mm512_loadu_ps(x_d + kLanes * sb);
+    __m512i pair_sums[8]; // lane r: bsums of row r for sub-blocks 2i, 2i + 1
+    for (int i = 0; i < 8; ++i) {
+      pair_sums[i] = _mm512_loadu_si512(bsums + (sb * 8 + i) * 2 * kLanes);
+    }
+    for (size_t j = 0; j < kLanes; ++j) {
+      const size_t col = col0 + j;
+      const __m512i s =
+          _mm512_add_epi32(_mm512_load_si512(sums[sb % 2][0][j]),
+                           _mm512_slli_epi32(_mm512_load_si512(sums[sb % 2][1][j]), 7));
+      const int16_t* mins = p.w.mins + col * (k / 16) + 16 * sb;
+      __m512i min_sums = _mm512_setzero_si512();
+      for (int i = 0; i < 8; ++i) {
+        int32_t pair;
+        std::memcpy(&pair, mins + 2 * i, sizeof pair);
+        min_sums = _mm512_dpwssd_epi32(min_sums, pair_sums[i], _mm512_set1_epi32(pair));
+      }
+      const __m512 w_d = broadcast(p.w.d[col * nsb + sb]);
+      if constexpr (kOffset) {
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, min_sums));
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(f, d), w_d, acc[j]);
+      } else {
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d), w_d, acc[j]);
+        acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(min_sums), d),
+                                  broadcast(p.w.m[col * nsb + sb]), acc[j]);
+      }
+    }
+    if (sb + 1 < nsb) {
+      read_out(sb + 1);
+    }
+  }
+  store_block(acc, p.y + kLanes * panel * p.y_stride + col0, p.y_stride, rows_in_panel(p.m, panel),
+              columns_in_half(p.cols, half), p.bias != nullptr ? p.bias + col0 : nullptr);
+}
+
+// The K kinds' products scale * quant (at most 63 * 128 in magnitude) as
+// 128 * high + low, low in 0..127 and high signed, both int8, for the
+// group's decoded columns.
+void split_products(const AmxGroupProblem& p) {
+  const size_t k = p.k;
+  const __m512i low7 = _mm512_set1_epi16(127);
+  for (size_t col = 0; col < p.cols; ++col) {
+    const uint8_t* q = p.w.q + col * k;
+    const int8_t* scales = p.w.scales + col * (k / 16);
+    int8_t* low = p.low + col * amx_split_pitch(k);
+    int8_t* high = p.high + col * amx_split_pitch(k);
+    for (size_t v = 0; v < k; v += 32) {
+      const __m512i quants =
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + v)));
+      const __m512i scale = _mm512_inserti64x4(_mm512_set1_epi16(scales[v / 16]),
+                                               _mm256_set1_epi16(scales[v / 16 + 1]), 1);
+      const __m512i product = _mm512_mullo_epi16(quants, scale);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(low + v),
+                          _mm512_cvtepi16_epi8(_mm512_and_si512(product, low7)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(high + v),
+                          _mm512_cvtepi16_epi8(_mm512_srai_epi16(product, 7)));
+    }
+  }
+}
+
+template <QuantKind kKind>
+void legacy_group(const AmxGroupProblem& p) {
+  for (size_t panel = 0; panel < p.x.panels; ++panel) {
+    for (size_t half = 0; kLanes * half < p.cols; ++half) {
+      legacy_half<kKind>(p, half, panel);
+    }
+  }
+}
+
+template <QuantKind kKind>
+void super_group(const AmxGroupProblem& p) {
+  split_products(p);
+  for (size_t panel = 0; panel < p.x.panels; ++panel) {
+    for (size_t half = 0; kLanes * half < p.cols; ++half) {
+      super_half<kKind>(p, half, panel);
+    }
+  }
+}
+
+bool is_super(QuantKind kind) {
+  return kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
+}
+
+} // namespace
+
+void amx_begin(QuantKind kind) {
+  TileConfig config;
+  for (int c = CAFLM_TILE_C0; c <= CAFLM_TILE_C3; ++c) {
+    config.rows[c] = kLanes;
+    config.colsb[c] = kLanes * sizeof(int32_t);
+  }
+  if (is_super(kind)) {
+    // 64 values a multiply-add: 16 weight rows x 64 bytes, 16 x 64 of x.
+    for (int t = CAFLM_TILE_A; t <= CAFLM_TILE_B; ++t) {
+      config.rows[t] = 16;
+      config.colsb[t] = 64;
+    }
+  } else {
+    // One block of 32: 16 weight rows x 32 bytes, 8 x 64 of x.
+    config.rows[CAFLM_TILE_A] = 16;
+    config.colsb[CAFLM_TILE_A] = 32;
+    config.rows[CAFLM_TILE_B] = 8;
+    config.colsb[CAFLM_TILE_B] = 64;
+  }
+  // Not _tile_loadconfig: GCC 12's declares only 8 bytes of its operand read
+  // and drops the stores to the rest.
+  __asm__ volatile("ldtilecfg %0" : : "m"(config));
+}
+
+void amx_end() {
+  _tile_release();
+}
+
+void dot_group_amx(const AmxGroupProblem& p) {
+  switch (p.kind) {
+  case QuantKind::kLegacySigned:
+    return legacy_group<QuantKind::kLegacySigned>(p);
+  case QuantKind::kLegacyOffset:
+    return legacy_group<QuantKind::kLegacyOffset>(p);
+  case QuantKind::kLegacyWithMin:
+    return legacy_group<QuantKind::kLegacyWithMin>(p);
+  case QuantKind::kSuperWithMin:
+    return super_group<QuantKind::kSuperWithMin>(p);
+  case QuantKind::kSuperOffset:
+    return super_group<QuantKind::kSuperOffset>(p);
+  }
+}
+
+} // namespace caflm::detail
+
+#undef CAFLM_TILE_C0
+#undef CAFLM_TILE_C1
+#undef CAFLM_TILE_C2
+#undef CAFLM_TILE_C3
+#undef CAFLM_TILE_A
+#undef CAFLM_TILE_A_HIGH
+#undef CAFLM_TILE_B
