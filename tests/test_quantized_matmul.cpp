@@ -166,7 +166,7 @@ TEST_CASE("decoded weight rows give back ggml's dequantized values", "[quantized
         REQUIRE(q_abs[i] == std::abs(static_cast<int8_t>(q[i])));
         break;
       case QuantKind::kLegacyOffset:
-        value = double{d[i / 32]} * (q[i] - legacy_offset(type));
+        value = double{d[i / 32]} * (q[i] - stored_offset(type));
         break;
       case QuantKind::kLegacyWithMin:
         value = double{d[i / 32]} * q[i] + m[i / 32];

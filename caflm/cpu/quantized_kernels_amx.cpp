@@ -17,11 +17,13 @@
 //   d_x, d_w, acc), block by block; with a min, also summ = fma(m_w, s_x,
 //   summ); then y = acc (+ summ) (+ bias).
 // - K kinds: per super-block, S = the exact sum over its values of (scale *
-//   quant) * x (the products split as 128 * high + low, both int8, each half
-//   a tile multiply-add of its own), M = the exact sum of min * bsum over its
-//   16 sub-blocks of 16; offset kinds acc = fma(float(S - M) * d_x, d_w,
-//   acc); kinds with a min acc = fma(float(S) * d_x, d_w, acc) and then acc =
-//   fnmadd(float(M) * d_x, dmin_w, acc); y = acc (+ bias).
+//   (quant - offset)) * x (the products split as 128 * high + low, both
+//   int8, each half a tile multiply-add of its own; the offset of Q3_K and
+//   Q6_K taken out, so that S is S - M of quantized_kernels_avx512.cpp);
+//   offset kinds acc = fma(float(S) * d_x, d_w, acc); kinds with a min also
+//   M = the exact x . (each value's sub-block min), a third multiply-add,
+//   and acc = fma(float(S) * d_x, d_w, acc), then acc = fnmadd(float(M) *
+//   d_x, dmin_w, acc); y = acc (+ bias).
 // None of it depends on the batch size, the element's row or column, or the
 // thread: a row of x is bitwise the same alone or among others.
 #include "caflm/cpu/quantized_matmul.hpp"
@@ -51,6 +53,15 @@ namespace {
 #define CAFLM_TILE_A 4
 #define CAFLM_TILE_A_HIGH 5
 #define CAFLM_TILE_B 6
+// The K kinds': the sums of the low and high halves and of the mins (C),
+// the weights' low and high halves and mins (A), and x (B).
+#define CAFLM_TILE_S_LOW 0
+#define CAFLM_TILE_S_HIGH 1
+#define CAFLM_TILE_S_MIN 2
+#define CAFLM_TILE_S_A 3
+#define CAFLM_TILE_S_A_HIGH 4
+#define CAFLM_TILE_S_A_MIN 5
+#define CAFLM_TILE_S_B 6
 
 // LDTILECFG's 64-byte operand, palette 1.
 struct alignas(64) TileConfig {
@@ -169,12 +180,16 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
       _tile_stored(CAFLM_TILE_C1, sums[1], 64);
     }
   };
+  // Two blocks in flight: block blk's products are read out two blocks after
+  // they were issued, so that the tile unit runs ahead of the scaling.
   issue(0);
-  read_out(0);
+  if (nb > 1) {
+    issue(1);
+  }
   for (size_t blk = 0; blk < nb; ++blk) {
-    // The next block's products run while this one's are scaled.
-    if (blk + 1 < nb) {
-      issue(blk + 1);
+    read_out(blk);
+    if (blk + 2 < nb) {
+      issue(blk + 2);
     }
     const __m512 d = _mm512_loadu_ps(x_d + kLanes * blk);
     __m512i correction = _mm512_setzero_si512();
@@ -183,6 +198,8 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
                                       _mm512_loadu_si512(x_sums + kLanes * blk));
     }
     const int32_t(*block_sums)[kLanes] = sums[blk % 2];
+    // Unrolled, so that the accumulators stay in registers.
+#pragma GCC unroll 16
     for (size_t j = 0; j < kLanes; ++j) {
       const size_t col = col0 + j;
       __m512i s = _mm512_load_si512(block_sums[j]);
@@ -196,9 +213,6 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
                                   _mm512_loadu_ps(x_s + kLanes * blk), summ[j]);
       }
     }
-    if (blk + 1 < nb) {
-      read_out(blk + 1);
-    }
   }
   if constexpr (kWithMin) {
     for (size_t j = 0; j < kLanes; ++j) {
@@ -209,110 +223,123 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
               columns_in_half(p.cols, half), p.bias != nullptr ? p.bias + col0 : nullptr);
 }
 
-// One 16-column half of a K group against one x panel.
+// Panels a kernel call walks together: their accumulators live in memory
+// (16 KiB at most), and each weight tile meets all of them while in L1.
+constexpr size_t kPanelRun = 8;
+
+// One 16-column half of a K group against `panels` (<= kPanelRun) x panels
+// from `panel0`: super-block by super-block, each against every panel, so
+// that a super-block's weight tiles are read from L2 once, not once a panel.
 template <QuantKind kKind>
-void super_half(const AmxGroupProblem& p, size_t half, size_t panel) {
+void super_half(const AmxGroupProblem& p, size_t half, size_t panel0, size_t panels) {
   constexpr bool kOffset = kKind == QuantKind::kSuperOffset;
   const size_t k = p.k;
   const size_t nsb = k / 256;
   const size_t pitch = amx_split_pitch(k);
-  const int8_t* low = p.low + kLanes * half * pitch;               // [16, pitch]
-  const int8_t* high = p.high + kLanes * half * pitch;             // [16, pitch]
-  const int8_t* b = p.x.q + panel * (k / 4) * 64;                  // [k / 4, 16 x 4]
-  const float* x_d = p.x.d + panel * nsb * kLanes;                 // [nsb, 16]
-  const int16_t* bsums = p.x.bsums + panel * nsb * 8 * 2 * kLanes; // [nsb, 8, 16 x 2]
+  const int8_t* low = p.low + kLanes * half * pitch;   // [16, pitch]
+  const int8_t* high = p.high + kLanes * half * pitch; // [16, pitch]
   const size_t col0 = kLanes * half;
-  alignas(64) int32_t sums[2][2][kLanes][kLanes]; // [slot][low, high]
-  __m512 acc[kLanes];
-  for (size_t j = 0; j < kLanes; ++j) {
-    acc[j] = _mm512_setzero_ps();
+  alignas(64) int32_t sums[2][3][kLanes][kLanes]; // [slot][low, high, min]
+  __m512 acc[kPanelRun][kLanes];
+  for (size_t panel = 0; panel < panels; ++panel) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      acc[panel][j] = _mm512_setzero_ps();
+    }
   }
-  const auto issue = [&](size_t sb) {
-    if (sb % 2 == 0) {
-      _tile_zero(CAFLM_TILE_C0);
-      _tile_zero(CAFLM_TILE_C1);
-    } else {
-      _tile_zero(CAFLM_TILE_C2);
-      _tile_zero(CAFLM_TILE_C3);
+  // Step t: super-block t / panels against panel panel0 + t % panels.
+  const size_t steps = nsb * panels;
+  const int8_t* min_rows = kOffset ? nullptr : p.mins + kLanes * half * pitch; // [16, pitch]
+  const auto issue = [&](size_t t) {
+    const size_t sb = t / panels;
+    const int8_t* b = p.x.q + (panel0 + t % panels) * (k / 4) * 64; // [k / 4, 16 x 4]
+    _tile_zero(CAFLM_TILE_S_LOW);
+    _tile_zero(CAFLM_TILE_S_HIGH);
+    if constexpr (!kOffset) {
+      _tile_zero(CAFLM_TILE_S_MIN);
     }
     for (size_t c = 0; c < 4; ++c) {
       const size_t v = 256 * sb + 64 * c;
-      _tile_loadd(CAFLM_TILE_B, b + (v / 4) * 64, 64);
-      _tile_loadd(CAFLM_TILE_A, low + v, pitch);
-      _tile_loadd(CAFLM_TILE_A_HIGH, high + v, pitch);
-      if (sb % 2 == 0) {
-        _tile_dpbssd(CAFLM_TILE_C0, CAFLM_TILE_A, CAFLM_TILE_B);
-        _tile_dpbssd(CAFLM_TILE_C1, CAFLM_TILE_A_HIGH, CAFLM_TILE_B);
-      } else {
-        _tile_dpbssd(CAFLM_TILE_C2, CAFLM_TILE_A, CAFLM_TILE_B);
-        _tile_dpbssd(CAFLM_TILE_C3, CAFLM_TILE_A_HIGH, CAFLM_TILE_B);
+      _tile_loadd(CAFLM_TILE_S_B, b + (v / 4) * 64, 64);
+      _tile_loadd(CAFLM_TILE_S_A, low + v, pitch);
+      _tile_loadd(CAFLM_TILE_S_A_HIGH, high + v, pitch);
+      _tile_dpbssd(CAFLM_TILE_S_LOW, CAFLM_TILE_S_A, CAFLM_TILE_S_B);
+      _tile_dpbssd(CAFLM_TILE_S_HIGH, CAFLM_TILE_S_A_HIGH, CAFLM_TILE_S_B);
+      if constexpr (!kOffset) {
+        _tile_loadd(CAFLM_TILE_S_A_MIN, min_rows + v, pitch);
+        _tile_dpbssd(CAFLM_TILE_S_MIN, CAFLM_TILE_S_A_MIN, CAFLM_TILE_S_B);
       }
     }
   };
-  const auto read_out = [&](size_t sb) {
-    if (sb % 2 == 0) {
-      _tile_stored(CAFLM_TILE_C0, sums[0][0], 64);
-      _tile_stored(CAFLM_TILE_C1, sums[0][1], 64);
-    } else {
-      _tile_stored(CAFLM_TILE_C2, sums[1][0], 64);
-      _tile_stored(CAFLM_TILE_C3, sums[1][1], 64);
+  const auto read_out = [&](size_t t) {
+    _tile_stored(CAFLM_TILE_S_LOW, sums[t % 2][0], 64);
+    _tile_stored(CAFLM_TILE_S_HIGH, sums[t % 2][1], 64);
+    if constexpr (!kOffset) {
+      _tile_stored(CAFLM_TILE_S_MIN, sums[t % 2][2], 64);
     }
   };
+  // The next step's products run while this one's are scaled.
   issue(0);
-  read_out(0);
-  for (size_t sb = 0; sb < nsb; ++sb) {
-    if (sb + 1 < nsb) {
-      issue(sb + 1);
+  for (size_t t = 0; t < steps; ++t) {
+    read_out(t);
+    if (t + 1 < steps) {
+      issue(t + 1);
     }
-    const __m512 d = _mm512_loadu_ps(x_d + kLanes * sb);
-    __m512i pair_sums[8]; // lane r: bsums of row r for sub-blocks 2i, 2i + 1
-    for (int i = 0; i < 8; ++i) {
-      pair_sums[i] = _mm512_loadu_si512(bsums + (sb * 8 + i) * 2 * kLanes);
-    }
+    const size_t sb = t / panels;
+    const size_t panel = panel0 + t % panels;
+    __m512(&panel_acc)[kLanes] = acc[t % panels];
+    const __m512 d = _mm512_loadu_ps(p.x.d + (panel * nsb + sb) * kLanes);
+#pragma GCC unroll 16
     for (size_t j = 0; j < kLanes; ++j) {
       const size_t col = col0 + j;
       const __m512i s =
-          _mm512_add_epi32(_mm512_load_si512(sums[sb % 2][0][j]),
-                           _mm512_slli_epi32(_mm512_load_si512(sums[sb % 2][1][j]), 7));
-      const int16_t* mins = p.w.mins + col * (k / 16) + 16 * sb;
-      __m512i min_sums = _mm512_setzero_si512();
-      for (int i = 0; i < 8; ++i) {
-        int32_t pair;
-        std::memcpy(&pair, mins + 2 * i, sizeof pair);
-        min_sums = _mm512_dpwssd_epi32(min_sums, pair_sums[i], _mm512_set1_epi32(pair));
-      }
+          _mm512_add_epi32(_mm512_load_si512(sums[t % 2][0][j]),
+                           _mm512_slli_epi32(_mm512_load_si512(sums[t % 2][1][j]), 7));
       const __m512 w_d = broadcast(p.w.d[col * nsb + sb]);
       if constexpr (kOffset) {
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, min_sums));
-        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(f, d), w_d, acc[j]);
+        // The products were split from the signed quants: s is S - M.
+        panel_acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d), w_d, panel_acc[j]);
       } else {
-        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d), w_d, acc[j]);
-        acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(min_sums), d),
-                                  broadcast(p.w.m[col * nsb + sb]), acc[j]);
+        const __m512i min_sums = _mm512_load_si512(sums[t % 2][2][j]);
+        panel_acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d), w_d, panel_acc[j]);
+        panel_acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(min_sums), d),
+                                        broadcast(p.w.m[col * nsb + sb]), panel_acc[j]);
       }
     }
-    if (sb + 1 < nsb) {
-      read_out(sb + 1);
-    }
   }
-  store_block(acc, p.y + kLanes * panel * p.y_stride + col0, p.y_stride, rows_in_panel(p.m, panel),
-              columns_in_half(p.cols, half), p.bias != nullptr ? p.bias + col0 : nullptr);
+  for (size_t i = 0; i < panels; ++i) {
+    const size_t panel = panel0 + i;
+    store_block(acc[i], p.y + kLanes * panel * p.y_stride + col0, p.y_stride,
+                rows_in_panel(p.m, panel), columns_in_half(p.cols, half),
+                p.bias != nullptr ? p.bias + col0 : nullptr);
+  }
 }
 
-// The K kinds' products scale * quant (at most 63 * 128 in magnitude) as
-// 128 * high + low, low in 0..127 and high signed, both int8, for the
-// group's decoded columns.
+// The K kinds' products scale * (quant - offset) (at most 63 * 128 in
+// magnitude) as 128 * high + low, low in 0..127 and high signed, both int8,
+// for the group's decoded columns. With the offset taken out here (Q3_K,
+// Q6_K), a super-block's S is already S - M: the same integer.
 void split_products(const AmxGroupProblem& p) {
   const size_t k = p.k;
+  const size_t pitch = amx_split_pitch(k);
   const __m512i low7 = _mm512_set1_epi16(127);
+  const __m512i offset = _mm512_set1_epi16(static_cast<int16_t>(p.offset));
   for (size_t col = 0; col < p.cols; ++col) {
     const uint8_t* q = p.w.q + col * k;
     const int8_t* scales = p.w.scales + col * (k / 16);
-    int8_t* low = p.low + col * amx_split_pitch(k);
-    int8_t* high = p.high + col * amx_split_pitch(k);
+    const int16_t* mins = p.w.mins + col * (k / 16);
+    int8_t* low = p.low + col * pitch;
+    int8_t* high = p.high + col * pitch;
+    int8_t* min_row = p.mins != nullptr ? p.mins + col * pitch : nullptr;
     for (size_t v = 0; v < k; v += 32) {
-      const __m512i quants =
-          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + v)));
+      if (min_row != nullptr) {
+        // Each value's sub-block min (6 bits at most), so that M is x . mins.
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_row + v),
+                            _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(mins[v / 16 + 1])),
+                                             _mm_set1_epi8(static_cast<char>(mins[v / 16]))));
+      }
+      const __m512i quants = _mm512_sub_epi16(
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + v))),
+          offset);
       const __m512i scale = _mm512_inserti64x4(_mm512_set1_epi16(scales[v / 16]),
                                                _mm256_set1_epi16(scales[v / 16 + 1]), 1);
       const __m512i product = _mm512_mullo_epi16(quants, scale);
@@ -336,9 +363,10 @@ void legacy_group(const AmxGroupProblem& p) {
 template <QuantKind kKind>
 void super_group(const AmxGroupProblem& p) {
   split_products(p);
-  for (size_t panel = 0; panel < p.x.panels; ++panel) {
+  for (size_t panel0 = 0; panel0 < p.x.panels; panel0 += kPanelRun) {
+    const size_t panels = p.x.panels - panel0 < kPanelRun ? p.x.panels - panel0 : kPanelRun;
     for (size_t half = 0; kLanes * half < p.cols; ++half) {
-      super_half<kKind>(p, half, panel);
+      super_half<kKind>(p, half, panel0, panels);
     }
   }
 }
@@ -357,7 +385,7 @@ void amx_begin(QuantKind kind) {
   }
   if (is_super(kind)) {
     // 64 values a multiply-add: 16 weight rows x 64 bytes, 16 x 64 of x.
-    for (int t = CAFLM_TILE_A; t <= CAFLM_TILE_B; ++t) {
+    for (int t = CAFLM_TILE_S_A; t <= CAFLM_TILE_S_B; ++t) {
       config.rows[t] = 16;
       config.colsb[t] = 64;
     }
@@ -401,3 +429,10 @@ void dot_group_amx(const AmxGroupProblem& p) {
 #undef CAFLM_TILE_A
 #undef CAFLM_TILE_A_HIGH
 #undef CAFLM_TILE_B
+#undef CAFLM_TILE_S_LOW
+#undef CAFLM_TILE_S_HIGH
+#undef CAFLM_TILE_S_MIN
+#undef CAFLM_TILE_S_A
+#undef CAFLM_TILE_S_A_HIGH
+#undef CAFLM_TILE_S_A_MIN
+#undef CAFLM_TILE_S_B

@@ -408,9 +408,9 @@ struct QuantizedRows {
 };
 
 /// Lays out row `row` of x in the 16-row panels of AmxActivations (the
-/// writable arrays at q, d, s, sums and bsums).
-void pack_panel_row(QuantKind kind, size_t k, size_t blocks, size_t row, const QuantizedRows& x,
-                    int8_t* q, float* d, float* s, int32_t* sums, int16_t* bsums) {
+/// writable arrays at q, d, and where not null s and sums).
+void pack_panel_row(size_t k, size_t blocks, size_t row, const QuantizedRows& x, int8_t* q,
+                    float* d, float* s, int32_t* sums) {
   const size_t panel = row / 16;
   const size_t lane = row % 16;
   int8_t* q_out = q + panel * (k / 4) * 64 + 4 * lane;
@@ -432,16 +432,6 @@ void pack_panel_row(QuantKind kind, size_t k, size_t blocks, size_t row, const Q
       sums[at] = sum;
     }
   }
-  if (kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset) {
-    const size_t super_blocks = k / 256;
-    for (size_t sb = 0; sb < super_blocks; ++sb) {
-      for (size_t i = 0; i < 16; ++i) {
-        // Pair i / 2 of the super-block, lane, member i % 2.
-        bsums[(((panel * super_blocks + sb) * 8 + i / 2) * 16 + lane) * 2 + i % 2] =
-            x.bsums[row * (k / 16) + 16 * sb + i];
-      }
-    }
-  }
 }
 
 /// quantized_linear's column loop on the AMX kernels, for m >= 16: x in
@@ -460,24 +450,21 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
   thread_local std::vector<float> panel_d;
   thread_local std::vector<float> panel_s;
   thread_local std::vector<int32_t> panel_sums;
-  thread_local std::vector<int16_t> panel_bsums;
   panel_q.resize(panels * 16 * k);
   panel_d.resize(panels * 16 * blocks);
   panel_s.resize(x.s != nullptr ? panels * 16 * blocks : 0);
   panel_sums.resize(kind == QuantKind::kLegacyOffset ? panels * 16 * blocks : 0);
-  panel_bsums.resize(super ? panels * 16 * (k / 16) : 0);
   int8_t* const pq = panel_q.data();
   float* const pd = panel_d.data();
   float* const ps = x.s != nullptr ? panel_s.data() : nullptr;
   int32_t* const psums = kind == QuantKind::kLegacyOffset ? panel_sums.data() : nullptr;
-  int16_t* const pb = super ? panel_bsums.data() : nullptr;
   const auto panel_rows = static_cast<ptrdiff_t>(tile_rows);
 #pragma omp parallel for schedule(static) if (m * k >= kParallelMinMacs / 8)
   for (ptrdiff_t r = 0; r < panel_rows; ++r) {
-    pack_panel_row(kind, k, blocks, static_cast<size_t>(r), x, pq, pd, ps, psums, pb);
+    pack_panel_row(k, blocks, static_cast<size_t>(r), x, pq, pd, ps, psums);
   }
   const size_t x_row_blocks = k / tensor_block_size(act);
-  const AmxActivations panelled{panels, pq, pd, ps, psums, pb};
+  const AmxActivations panelled{panels, pq, pd, ps, psums};
 
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
   const size_t w_row_bytes = tensor_row_bytes(w.type, k);
@@ -496,6 +483,7 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
       thread_local std::vector<int16_t> mins;
       thread_local std::vector<int8_t> low;
       thread_local std::vector<int8_t> high;
+      thread_local std::vector<int8_t> min_rows;
       q.resize(kAmxGroupCols * k);
       d.resize(kAmxGroupCols * (k / 32));
       mm.resize(kAmxGroupCols * (k / 32));
@@ -503,6 +491,7 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
       mins.resize(super ? kAmxGroupCols * k / 16 : 0);
       low.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
       high.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
+      min_rows.resize(kind == QuantKind::kSuperWithMin ? kAmxGroupCols * amx_split_pitch(k) : 0);
       const size_t col_begin = static_cast<size_t>(tile) * tile_width;
       const size_t col_end = std::min(n, col_begin + tile_width);
       for (size_t col0 = col_begin; col0 < col_end; col0 += kAmxGroupCols) {
@@ -520,7 +509,8 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
             DecodedColumns{q.data(), nullptr, d.data(), mm.data(), scales.data(), mins.data()};
         tiles.low = low.data();
         tiles.high = high.data();
-        tiles.offset = legacy_offset(w.type);
+        tiles.mins = kind == QuantKind::kSuperWithMin ? min_rows.data() : nullptr;
+        tiles.offset = stored_offset(w.type);
         tiles.cols = cols;
         tiles.y = y + col0;
         tiles.y_stride = n;
@@ -545,7 +535,7 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
                                   mm.data() + sub * w_blocks,
                                   super ? scales.data() + sub * (k / 16) : nullptr,
                                   super ? mins.data() + sub * (k / 16) : nullptr};
-          rest.offset = legacy_offset(w.type);
+          rest.offset = stored_offset(w.type);
           rest.cols = std::min(kGroupCols, cols - sub);
           rest.y = y + tile_rows * n + col0 + sub;
           rest.y_stride = n;
@@ -584,8 +574,19 @@ QuantKind quant_kind(TensorType weight_type) {
                               " is not supported");
 }
 
-int legacy_offset(TensorType weight_type) {
-  return weight_type == TensorType::Q4_0 ? 8 : weight_type == TensorType::Q5_0 ? 16 : 0;
+int stored_offset(TensorType weight_type) {
+  switch (weight_type) {
+  case TensorType::Q4_0:
+    return 8;
+  case TensorType::Q5_0:
+    return 16;
+  case TensorType::Q3_K:
+    return 4;
+  case TensorType::Q6_K:
+    return 32;
+  default:
+    return 0;
+  }
 }
 
 TensorType activation_type(TensorType weight_type) {
@@ -749,7 +750,7 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
       p.x_s = xs;
       p.x_bsums = xb;
       p.w = DecodedColumns{q.data(), q_abs.data(), d.data(), mm.data(), scales.data(), mins.data()};
-      p.offset = legacy_offset(w.type);
+      p.offset = stored_offset(w.type);
       p.cols = cols;
       p.y = y + col0;
       p.y_stride = n;

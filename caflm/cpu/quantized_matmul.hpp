@@ -81,9 +81,11 @@ struct DecodedColumns {
   const int16_t* mins;  // [cols, k / 16] sub-block mins (or offset * scale)
 };
 
-/// The offset kLegacyOffset quants are stored with (8 for Q4_0, 16 for Q5_0),
-/// 0 for every other type.
-int legacy_offset(TensorType weight_type);
+/// The offset a type's decoded quants are stored with, above ggml's signed
+/// ones: 8 for Q4_0, 16 for Q5_0 (kLegacyOffset), 4 for Q3_K, 32 for Q6_K
+/// (kSuperOffset, whose mins are the offset times the scales); 0 for every
+/// other type.
+int stored_offset(TensorType weight_type);
 
 /// Unpacks one weight row of `type` (k values) into column `col` of the
 /// group scratch whose arrays are laid out as DecodedColumns describes.
@@ -101,7 +103,7 @@ struct GroupProblem {
   const float* x_s;       // [m, k / 32] (kLegacyWithMin)
   const int16_t* x_bsums; // [m, k / 16] (K kinds)
   DecodedColumns w;
-  int offset;  // kLegacyOffset: what the stored quants exceed ggml's by
+  int offset;  // kLegacyOffset: stored_offset()
   size_t cols; // 1..kGroupCols
   float* y;    // y[r * y_stride + j] for column j of the group
   size_t y_stride;
@@ -121,11 +123,10 @@ inline constexpr size_t kAmxGroupCols = 32;
 /// take them (rows after the last whole panel go to the AVX-512 kernels).
 struct AmxActivations {
   size_t panels;
-  const int8_t* q;      // [panels, k / 4, 16, 4]: quants 4 at a time, row after row
-  const float* d;       // [panels, k / block, 16]
-  const float* s;       // [panels, k / 32, 16] (kLegacyWithMin)
-  const int32_t* sums;  // [panels, k / 32, 16] (kLegacyOffset): sum of each block's quants
-  const int16_t* bsums; // [panels, k / 256, 8, 16, 2] (K kinds): bsums 2i, 2i + 1 of each row
+  const int8_t* q;     // [panels, k / 4, 16, 4]: quants 4 at a time, row after row
+  const float* d;      // [panels, k / block, 16]
+  const float* s;      // [panels, k / 32, 16] (kLegacyWithMin)
+  const int32_t* sums; // [panels, k / 32, 16] (kLegacyOffset): sum of each block's quants
 };
 
 /// Row pitch of the AMX kernels' split products: k and a cache line, so
@@ -145,8 +146,9 @@ struct AmxGroupProblem {
   DecodedColumns w; // kAmxGroupCols decoded rows (unused ones any finite value)
   int8_t* low;      // [kAmxGroupCols, amx_split_pitch(k)] scratch for the K kinds' split products
   int8_t* high;     // [kAmxGroupCols, amx_split_pitch(k)]
-  int offset;
-  size_t cols; // 1..kAmxGroupCols
+  int8_t* mins;     // [kAmxGroupCols, amx_split_pitch(k)] kSuperWithMin: each value's sub-block min
+  int offset;       // stored_offset()
+  size_t cols;      // 1..kAmxGroupCols
   float* y;
   size_t y_stride;
   const float* bias;
