@@ -14,6 +14,7 @@
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
 #include "apps/progress_line.hpp"
+#include "caflm/cpu/cpu_matmul.hpp"
 #include "caflm/cpu/memory_bandwidth.hpp"
 #include "caflm/engine/cpu_engine.hpp"
 #include "caflm/engine/engine_factory.hpp"
@@ -289,6 +290,8 @@ void run_bench(const BenchOptions& options) {
   report["model"] = options.model;
   report["device"] = to_string(resolved.device);
   report["threads"] = omp_get_max_threads();
+  if (resolved.device == Device::Cpu)
+    report["cpu_kernels"] = to_string(default_matmul_isa());
   report["kv_cache_type"] = to_string(options.kv_cache_type);
   report["file_bytes"] = file_bytes;
   report["resident_bytes_after_load"] = resident_after_load;
@@ -297,10 +300,12 @@ void run_bench(const BenchOptions& options) {
   if (!options.json) {
     // Every weight has been read once now; what is resident beyond the file
     // is the warm-up engine's buffers (freed) and the runtime.
-    std::printf("# %s on %s, %d threads, %s KV cache: file %s, resident after load and warm-up %s",
-                options.model.c_str(), to_string(resolved.device), omp_get_max_threads(),
-                to_string(options.kv_cache_type), human_bytes(file_bytes).c_str(),
-                human_bytes(resident_after_load).c_str());
+    std::printf("# %s on %s", options.model.c_str(), to_string(resolved.device));
+    if (resolved.device == Device::Cpu)
+      std::printf(" (%s kernels)", to_string(default_matmul_isa()));
+    std::printf(", %d threads, %s KV cache: file %s, resident after load and warm-up %s",
+                omp_get_max_threads(), to_string(options.kv_cache_type),
+                human_bytes(file_bytes).c_str(), human_bytes(resident_after_load).c_str());
     if (bandwidth > 0.0)
       std::printf(", read bandwidth %.1f GB/s", bandwidth / 1e9);
     std::printf("\n%6s %14s %14s %14s %14s %10s %12s %12s\n", "B", "prefill tok/s", "decode tok/s",

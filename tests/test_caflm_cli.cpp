@@ -295,6 +295,8 @@ TEST_CASE("bench --json reports the machine and a result per batch size") {
   CHECK(out["device"] == "cpu");
   CHECK(out["file_bytes"] == fs::file_size(model));
   CHECK(out["read_bandwidth_gb_s"].get<double>() > 0.0);
+  const std::string kernels = out["cpu_kernels"].get<std::string>();
+  CHECK((kernels == "avx2" || kernels == "avx512" || kernels == "amx"));
   CHECK(out["weight_bytes_per_decode_step"].get<double>() > 0.0);
   CHECK(out["weight_bytes_per_decode_step"].get<double>() < double(fs::file_size(model)));
   const auto& results = out["results"];
