@@ -36,23 +36,17 @@
 #endif
 #include <immintrin.h>
 
-#include <cstring>
-
 namespace caflm::detail {
 
 namespace {
 
-// Tile registers: two C pairs so that one pair's sums are read out while the
-// other pair takes the next block's products; A (and A high for the K
-// kinds' high halves) and B. Macros, as GCC's tile intrinsics paste their
-// register operands into the assembly text.
-#define CAFLM_TILE_C0 0
-#define CAFLM_TILE_C1 1
-#define CAFLM_TILE_C2 2
-#define CAFLM_TILE_C3 3
-#define CAFLM_TILE_A 4
-#define CAFLM_TILE_A_HIGH 5
-#define CAFLM_TILE_B 6
+// Tile registers, as macros: GCC's tile intrinsics paste their register
+// operands into the assembly text. The legacy kinds': two C, so that one
+// block's sums are read out while the next block's products run, A and B.
+#define CAFLM_TILE_L_C0 0
+#define CAFLM_TILE_L_C1 1
+#define CAFLM_TILE_L_A 2
+#define CAFLM_TILE_L_B 3
 // The K kinds': the sums of the low and high halves and of the mins (C),
 // the weights' low and high halves and mins (A), and x (B).
 #define CAFLM_TILE_S_LOW 0
@@ -154,30 +148,30 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
   }
   // Block blk's products into C0 (even blocks) or C1 (odd), then to sums.
   const auto issue = [&](size_t blk) {
-    _tile_loadd(CAFLM_TILE_A, a + 32 * blk, k);
-    _tile_loadd(CAFLM_TILE_B, b + blk * 8 * 64, 64);
+    _tile_loadd(CAFLM_TILE_L_A, a + 32 * blk, k);
+    _tile_loadd(CAFLM_TILE_L_B, b + blk * 8 * 64, 64);
     // Signed weights (Q8_0) or unsigned ones (stored with an offset or a min).
     if (blk % 2 == 0) {
-      _tile_zero(CAFLM_TILE_C0);
+      _tile_zero(CAFLM_TILE_L_C0);
       if constexpr (kSigned) {
-        _tile_dpbssd(CAFLM_TILE_C0, CAFLM_TILE_A, CAFLM_TILE_B);
+        _tile_dpbssd(CAFLM_TILE_L_C0, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
       } else {
-        _tile_dpbusd(CAFLM_TILE_C0, CAFLM_TILE_A, CAFLM_TILE_B);
+        _tile_dpbusd(CAFLM_TILE_L_C0, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
       }
     } else {
-      _tile_zero(CAFLM_TILE_C1);
+      _tile_zero(CAFLM_TILE_L_C1);
       if constexpr (kSigned) {
-        _tile_dpbssd(CAFLM_TILE_C1, CAFLM_TILE_A, CAFLM_TILE_B);
+        _tile_dpbssd(CAFLM_TILE_L_C1, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
       } else {
-        _tile_dpbusd(CAFLM_TILE_C1, CAFLM_TILE_A, CAFLM_TILE_B);
+        _tile_dpbusd(CAFLM_TILE_L_C1, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
       }
     }
   };
   const auto read_out = [&](size_t blk) {
     if (blk % 2 == 0) {
-      _tile_stored(CAFLM_TILE_C0, sums[0], 64);
+      _tile_stored(CAFLM_TILE_L_C0, sums[0], 64);
     } else {
-      _tile_stored(CAFLM_TILE_C1, sums[1], 64);
+      _tile_stored(CAFLM_TILE_L_C1, sums[1], 64);
     }
   };
   // Two blocks in flight: block blk's products are read out two blocks after
@@ -379,22 +373,23 @@ bool is_super(QuantKind kind) {
 
 void amx_begin(QuantKind kind) {
   TileConfig config;
-  for (int c = CAFLM_TILE_C0; c <= CAFLM_TILE_C3; ++c) {
-    config.rows[c] = kLanes;
-    config.colsb[c] = kLanes * sizeof(int32_t);
-  }
+  const auto shape = [&config](int tile, int rows, int bytes) {
+    config.rows[tile] = static_cast<uint8_t>(rows);
+    config.colsb[tile] = static_cast<uint16_t>(bytes);
+  };
   if (is_super(kind)) {
-    // 64 values a multiply-add: 16 weight rows x 64 bytes, 16 x 64 of x.
-    for (int t = CAFLM_TILE_S_A; t <= CAFLM_TILE_S_B; ++t) {
-      config.rows[t] = 16;
-      config.colsb[t] = 64;
+    // 16 x 16 int32 sums; 64 values a multiply-add: 16 weight rows x 64
+    // bytes, 16 x 64 of x.
+    for (int t = CAFLM_TILE_S_LOW; t <= CAFLM_TILE_S_B; ++t) {
+      shape(t, 16, 64);
     }
   } else {
-    // One block of 32: 16 weight rows x 32 bytes, 8 x 64 of x.
-    config.rows[CAFLM_TILE_A] = 16;
-    config.colsb[CAFLM_TILE_A] = 32;
-    config.rows[CAFLM_TILE_B] = 8;
-    config.colsb[CAFLM_TILE_B] = 64;
+    // 16 x 16 int32 sums; one block of 32: 16 weight rows x 32 bytes, 8 x 64
+    // of x.
+    shape(CAFLM_TILE_L_C0, 16, 64);
+    shape(CAFLM_TILE_L_C1, 16, 64);
+    shape(CAFLM_TILE_L_A, 16, 32);
+    shape(CAFLM_TILE_L_B, 8, 64);
   }
   // Not _tile_loadconfig: GCC 12's declares only 8 bytes of its operand read
   // and drops the stores to the rest.
@@ -422,13 +417,10 @@ void dot_group_amx(const AmxGroupProblem& p) {
 
 } // namespace caflm::detail
 
-#undef CAFLM_TILE_C0
-#undef CAFLM_TILE_C1
-#undef CAFLM_TILE_C2
-#undef CAFLM_TILE_C3
-#undef CAFLM_TILE_A
-#undef CAFLM_TILE_A_HIGH
-#undef CAFLM_TILE_B
+#undef CAFLM_TILE_L_C0
+#undef CAFLM_TILE_L_C1
+#undef CAFLM_TILE_L_A
+#undef CAFLM_TILE_L_B
 #undef CAFLM_TILE_S_LOW
 #undef CAFLM_TILE_S_HIGH
 #undef CAFLM_TILE_S_MIN

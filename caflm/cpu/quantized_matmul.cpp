@@ -463,7 +463,6 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
   for (ptrdiff_t r = 0; r < panel_rows; ++r) {
     pack_panel_row(k, blocks, static_cast<size_t>(r), x, pq, pd, ps, psums);
   }
-  const size_t x_row_blocks = k / tensor_block_size(act);
   const AmxActivations panelled{panels, pq, pd, ps, psums};
 
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
@@ -526,8 +525,8 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
           rest.k = k;
           rest.m = m - tile_rows;
           rest.x_q = x.q + tile_rows * k;
-          rest.x_d = x.d + tile_rows * x_row_blocks;
-          rest.x_s = x.s != nullptr ? x.s + tile_rows * x_row_blocks : nullptr;
+          rest.x_d = x.d + tile_rows * blocks;
+          rest.x_s = x.s != nullptr ? x.s + tile_rows * blocks : nullptr;
           rest.x_bsums = x.bsums != nullptr ? x.bsums + tile_rows * (k / 16) : nullptr;
           rest.w = DecodedColumns{q.data() + sub * k,
                                   nullptr,
