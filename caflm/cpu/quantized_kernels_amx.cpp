@@ -133,9 +133,9 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
   constexpr bool kWithMin = kKind == QuantKind::kLegacyWithMin;
   const size_t k = p.k;
   const size_t nb = k / 32;
-  const uint8_t* a = p.w.q + kLanes * half * k;   // [16, k] weight rows
-  const int8_t* b = p.x.q + panel * (k / 4) * 64; // [k / 4, 16 x 4]
-  const float* x_d = p.x.d + panel * nb * kLanes; // [nb, 16]
+  const uint8_t* a = p.quants + kLanes * half * p.quants_stride; // 16 weight rows
+  const int8_t* b = p.x.q + panel * (k / 4) * 64;                // [k / 4, 16 x 4]
+  const float* x_d = p.x.d + panel * nb * kLanes;                // [nb, 16]
   const float* x_s = kWithMin ? p.x.s + panel * nb * kLanes : nullptr;
   const int32_t* x_sums = kOffset ? p.x.sums + panel * nb * kLanes : nullptr;
   const size_t col0 = kLanes * half;
@@ -148,7 +148,7 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
   }
   // Block blk's products into C0 (even blocks) or C1 (odd), then to sums.
   const auto issue = [&](size_t blk) {
-    _tile_loadd(CAFLM_TILE_L_A, a + 32 * blk, k);
+    _tile_loadd(CAFLM_TILE_L_A, a + p.quants_block_stride * blk, p.quants_stride);
     _tile_loadd(CAFLM_TILE_L_B, b + blk * 8 * 64, 64);
     // Signed weights (Q8_0) or unsigned ones (stored with an offset or a min).
     if (blk % 2 == 0) {

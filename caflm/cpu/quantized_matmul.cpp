@@ -495,9 +495,24 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
       const size_t col_end = std::min(n, col_begin + tile_width);
       for (size_t col0 = col_begin; col0 < col_end; col0 += kAmxGroupCols) {
         const size_t cols = std::min(kAmxGroupCols, col_end - col0);
-        for (size_t j = 0; j < cols; ++j) {
-          decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), nullptr,
-                            d.data(), mm.data(), scales.data(), mins.data());
+        // A whole group of Q8_0 with no rows left for the AVX-512 kernels
+        // feeds its blocks to the tiles where they lie; only the scales are
+        // decoded. (A ragged group would have the tiles read rows past the
+        // tensor.)
+        const bool in_place = w.type == TensorType::Q8_0 && cols == kAmxGroupCols && tile_rows == m;
+        if (in_place) {
+          const size_t nb = k / 32;
+          for (size_t j = 0; j < cols; ++j) {
+            const uint8_t* row = w_bytes + (col0 + j) * w_row_bytes;
+            for (size_t b = 0; b < nb; ++b) {
+              d[j * nb + b] = half(u16_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d)));
+            }
+          }
+        } else {
+          for (size_t j = 0; j < cols; ++j) {
+            decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), nullptr,
+                              d.data(), mm.data(), scales.data(), mins.data());
+          }
         }
         AmxGroupProblem tiles{};
         tiles.kind = kind;
@@ -506,6 +521,15 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
         tiles.x = panelled;
         tiles.w =
             DecodedColumns{q.data(), nullptr, d.data(), mm.data(), scales.data(), mins.data()};
+        if (in_place) {
+          tiles.quants = w_bytes + col0 * w_row_bytes + offsetof(BlockQ8_0, qs);
+          tiles.quants_stride = w_row_bytes;
+          tiles.quants_block_stride = sizeof(BlockQ8_0);
+        } else {
+          tiles.quants = q.data();
+          tiles.quants_stride = k;
+          tiles.quants_block_stride = 32;
+        }
         tiles.low = low.data();
         tiles.high = high.data();
         tiles.mins = kind == QuantKind::kSuperWithMin ? min_rows.data() : nullptr;

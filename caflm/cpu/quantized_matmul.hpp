@@ -144,11 +144,18 @@ struct AmxGroupProblem {
   size_t m;
   AmxActivations x;
   DecodedColumns w; // kAmxGroupCols decoded rows (unused ones any finite value)
-  int8_t* low;      // [kAmxGroupCols, amx_split_pitch(k)] scratch for the K kinds' split products
-  int8_t* high;     // [kAmxGroupCols, amx_split_pitch(k)]
-  int8_t* mins;     // [kAmxGroupCols, amx_split_pitch(k)] kSuperWithMin: each value's sub-block min
-  int offset;       // stored_offset()
-  size_t cols;      // 1..kAmxGroupCols
+  // The legacy kinds' quants as the A tiles read them: column j's block b
+  // at quants + j * quants_stride + b * quants_block_stride. The decoded
+  // rows (w.q, k, 32), or Q8_0's blocks in place (2-byte scale, then the 32
+  // quants).
+  const uint8_t* quants;
+  size_t quants_stride;
+  size_t quants_block_stride;
+  int8_t* low;  // [kAmxGroupCols, amx_split_pitch(k)] scratch for the K kinds' split products
+  int8_t* high; // [kAmxGroupCols, amx_split_pitch(k)]
+  int8_t* mins; // [kAmxGroupCols, amx_split_pitch(k)] kSuperWithMin: each value's sub-block min
+  int offset;   // stored_offset()
+  size_t cols;  // 1..kAmxGroupCols
   float* y;
   size_t y_stride;
   const float* bias;
