@@ -434,6 +434,43 @@ void pack_panel_row(size_t k, size_t blocks, size_t row, const QuantizedRows& x,
   }
 }
 
+/// One thread's decoded column group for amx_linear, grown once.
+struct AmxGroupScratch {
+  std::vector<uint8_t> q;
+  std::vector<float> d;
+  std::vector<float> m;
+  std::vector<int8_t> scales;
+  std::vector<int16_t> mins;
+  std::vector<int8_t> low;
+  std::vector<int8_t> high;
+  std::vector<int8_t> min_rows;
+
+  void resize(QuantKind kind, size_t k) {
+    const bool super = kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
+    q.resize(kAmxGroupCols * k);
+    d.resize(kAmxGroupCols * (k / 32));
+    m.resize(kAmxGroupCols * (k / 32));
+    scales.resize(super ? kAmxGroupCols * k / 16 : 0);
+    mins.resize(super ? kAmxGroupCols * k / 16 : 0);
+    low.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
+    high.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
+    min_rows.resize(kind == QuantKind::kSuperWithMin ? kAmxGroupCols * amx_split_pitch(k) : 0);
+  }
+
+  /// The decoded columns from `first` on, for a weight of `type` and rows
+  /// of k values.
+  DecodedColumns columns(size_t first, TensorType type, size_t k) const {
+    const size_t blocks = k / tensor_block_size(type);
+    const bool super = !scales.empty();
+    return DecodedColumns{q.data() + first * k,
+                          nullptr,
+                          d.data() + first * blocks,
+                          m.data() + first * blocks,
+                          super ? scales.data() + first * (k / 16) : nullptr,
+                          super ? mins.data() + first * (k / 16) : nullptr};
+  }
+};
+
 /// quantized_linear's column loop on the AMX kernels, for m >= 16: x in
 /// 16-row panels, groups of kAmxGroupCols columns.
 void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const QuantizedRows& x,
@@ -445,7 +482,6 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
   // through the AVX-512 kernels, which compute the same bits.
   const size_t panels = m / 16;
   const size_t tile_rows = 16 * panels;
-  const bool super = kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
   thread_local std::vector<int8_t> panel_q;
   thread_local std::vector<float> panel_d;
   thread_local std::vector<float> panel_s;
@@ -474,23 +510,8 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
     amx_begin(kind);
 #pragma omp for schedule(dynamic)
     for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
-      // This thread's decoded column group, grown once.
-      thread_local std::vector<uint8_t> q;
-      thread_local std::vector<float> d;
-      thread_local std::vector<float> mm;
-      thread_local std::vector<int8_t> scales;
-      thread_local std::vector<int16_t> mins;
-      thread_local std::vector<int8_t> low;
-      thread_local std::vector<int8_t> high;
-      thread_local std::vector<int8_t> min_rows;
-      q.resize(kAmxGroupCols * k);
-      d.resize(kAmxGroupCols * (k / 32));
-      mm.resize(kAmxGroupCols * (k / 32));
-      scales.resize(super ? kAmxGroupCols * k / 16 : 0);
-      mins.resize(super ? kAmxGroupCols * k / 16 : 0);
-      low.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
-      high.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
-      min_rows.resize(kind == QuantKind::kSuperWithMin ? kAmxGroupCols * amx_split_pitch(k) : 0);
+      thread_local AmxGroupScratch scratch;
+      scratch.resize(kind, k);
       const size_t col_begin = static_cast<size_t>(tile) * tile_width;
       const size_t col_end = std::min(n, col_begin + tile_width);
       for (size_t col0 = col_begin; col0 < col_end; col0 += kAmxGroupCols) {
@@ -505,13 +526,15 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
           for (size_t j = 0; j < cols; ++j) {
             const uint8_t* row = w_bytes + (col0 + j) * w_row_bytes;
             for (size_t b = 0; b < nb; ++b) {
-              d[j * nb + b] = half(u16_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d)));
+              scratch.d[j * nb + b] =
+                  half(u16_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d)));
             }
           }
         } else {
           for (size_t j = 0; j < cols; ++j) {
-            decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), nullptr,
-                              d.data(), mm.data(), scales.data(), mins.data());
+            decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
+                              nullptr, scratch.d.data(), scratch.m.data(), scratch.scales.data(),
+                              scratch.mins.data());
           }
         }
         AmxGroupProblem tiles{};
@@ -519,20 +542,19 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
         tiles.k = k;
         tiles.m = tile_rows;
         tiles.x = panelled;
-        tiles.w =
-            DecodedColumns{q.data(), nullptr, d.data(), mm.data(), scales.data(), mins.data()};
+        tiles.w = scratch.columns(0, w.type, k);
         if (in_place) {
           tiles.quants = w_bytes + col0 * w_row_bytes + offsetof(BlockQ8_0, qs);
           tiles.quants_stride = w_row_bytes;
           tiles.quants_block_stride = sizeof(BlockQ8_0);
         } else {
-          tiles.quants = q.data();
+          tiles.quants = scratch.q.data();
           tiles.quants_stride = k;
           tiles.quants_block_stride = 32;
         }
-        tiles.low = low.data();
-        tiles.high = high.data();
-        tiles.mins = kind == QuantKind::kSuperWithMin ? min_rows.data() : nullptr;
+        tiles.low = scratch.low.data();
+        tiles.high = scratch.high.data();
+        tiles.mins = kind == QuantKind::kSuperWithMin ? scratch.min_rows.data() : nullptr;
         tiles.offset = stored_offset(w.type);
         tiles.cols = cols;
         tiles.y = y + col0;
@@ -540,9 +562,7 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
         tiles.bias = bias != nullptr ? bias + col0 : nullptr;
         dot_group_amx(tiles);
         // The rows after the last panel: the decoded group in column groups
-        // of kGroupCols, as the AVX-512 kernels take them (the same layout,
-        // offset by column).
-        const size_t w_blocks = k / tensor_block_size(w.type);
+        // of kGroupCols, as the AVX-512 kernels take them.
         for (size_t sub = 0; tile_rows < m && sub < cols; sub += kGroupCols) {
           GroupProblem rest{};
           rest.kind = kind;
@@ -552,12 +572,7 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
           rest.x_d = x.d + tile_rows * blocks;
           rest.x_s = x.s != nullptr ? x.s + tile_rows * blocks : nullptr;
           rest.x_bsums = x.bsums != nullptr ? x.bsums + tile_rows * (k / 16) : nullptr;
-          rest.w = DecodedColumns{q.data() + sub * k,
-                                  nullptr,
-                                  d.data() + sub * w_blocks,
-                                  mm.data() + sub * w_blocks,
-                                  super ? scales.data() + sub * (k / 16) : nullptr,
-                                  super ? mins.data() + sub * (k / 16) : nullptr};
+          rest.w = scratch.columns(sub, w.type, k);
           rest.offset = stored_offset(w.type);
           rest.cols = std::min(kGroupCols, cols - sub);
           rest.y = y + tile_rows * n + col0 + sub;
