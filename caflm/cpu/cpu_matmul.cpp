@@ -144,12 +144,12 @@ bool matmul_isa_supported(MatmulIsa isa) {
 
 MatmulIsa default_matmul_isa() {
   static const MatmulIsa isa = [] {
-    const char* forced = std::getenv("CAFLM_MATMUL_ISA");
-    if (forced != nullptr && std::string_view(forced) == "avx2") {
+    const char* env = std::getenv("CAFLM_MATMUL_ISA");
+    const std::string_view forced = env != nullptr ? env : "";
+    if (forced == "avx2") {
       return MatmulIsa::Avx2;
     }
-    if (matmul_isa_supported(MatmulIsa::Amx) &&
-        !(forced != nullptr && std::string_view(forced) == "avx512")) {
+    if (forced != "avx512" && matmul_isa_supported(MatmulIsa::Amx)) {
       return MatmulIsa::Amx;
     }
     return matmul_isa_supported(MatmulIsa::Avx512) ? MatmulIsa::Avx512 : MatmulIsa::Avx2;

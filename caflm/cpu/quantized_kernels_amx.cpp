@@ -73,12 +73,6 @@ inline __m512 broadcast(float v) {
   return _mm512_set1_ps(v);
 }
 
-// Rows of x in panel `panel` of a batch of m (the last may be partial).
-inline size_t rows_in_panel(size_t m, size_t panel) {
-  const size_t left = m - kLanes * panel;
-  return left < kLanes ? left : kLanes;
-}
-
 // Columns of a group of `cols` in its 16-column half `half`.
 inline size_t columns_in_half(size_t cols, size_t half) {
   const size_t left = cols - kLanes * half;
@@ -86,12 +80,11 @@ inline size_t columns_in_half(size_t cols, size_t half) {
 }
 
 // Writes a 16 x 16 block held column by column (block[j] lane r: row r of
-// column j) to y row by row: row r < rows, its first `cols` values at y + r *
-// y_stride, each + its column's bias where there is one (no bias adds
-// nothing: not + 0, which would turn -0 into +0). Whole rows, so that each
-// store fills cache lines instead of touching 16 of them a column at a time.
-inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size_t rows,
-                        size_t cols, const float* bias) {
+// column j) to y row by row: row r's first `cols` values at y + r * y_stride, each + its column's
+// bias where there is one (no bias adds nothing: not + 0, which would turn -0 into +0). Whole rows,
+// so that each store fills cache lines instead of touching 16 of them a column at a time.
+inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size_t cols,
+                        const float* bias) {
   // A 16 x 16 transpose: pairs, then quads within 128-bit lanes, then lanes.
   __m512 pairs[kLanes];
   for (size_t i = 0; i < kLanes; i += 2) {
@@ -119,7 +112,7 @@ inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size
   }
   const __mmask16 valid = static_cast<__mmask16>((1u << cols) - 1);
   const __m512 biases = bias != nullptr ? _mm512_maskz_loadu_ps(valid, bias) : _mm512_setzero_ps();
-  for (size_t r = 0; r < rows; ++r) {
+  for (size_t r = 0; r < kLanes; ++r) {
     _mm512_mask_storeu_ps(y + r * y_stride, valid,
                           bias != nullptr ? _mm512_add_ps(out[r], biases) : out[r]);
   }
@@ -213,7 +206,7 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
       acc[j] = _mm512_add_ps(acc[j], summ[j]);
     }
   }
-  store_block(acc, p.y + kLanes * panel * p.y_stride + col0, p.y_stride, rows_in_panel(p.m, panel),
+  store_block(acc, p.y + kLanes * panel * p.y_stride + col0, p.y_stride,
               columns_in_half(p.cols, half), p.bias != nullptr ? p.bias + col0 : nullptr);
 }
 
@@ -303,8 +296,7 @@ void super_half(const AmxGroupProblem& p, size_t half, size_t panel0, size_t pan
   for (size_t i = 0; i < panels; ++i) {
     const size_t panel = panel0 + i;
     store_block(acc[i], p.y + kLanes * panel * p.y_stride + col0, p.y_stride,
-                rows_in_panel(p.m, panel), columns_in_half(p.cols, half),
-                p.bias != nullptr ? p.bias + col0 : nullptr);
+                columns_in_half(p.cols, half), p.bias != nullptr ? p.bias + col0 : nullptr);
   }
 }
 
@@ -365,10 +357,6 @@ void super_group(const AmxGroupProblem& p) {
   }
 }
 
-bool is_super(QuantKind kind) {
-  return kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
-}
-
 } // namespace
 
 void amx_begin(QuantKind kind) {
@@ -377,7 +365,7 @@ void amx_begin(QuantKind kind) {
     config.rows[tile] = static_cast<uint8_t>(rows);
     config.colsb[tile] = static_cast<uint16_t>(bytes);
   };
-  if (is_super(kind)) {
+  if (is_super_kind(kind)) {
     // 16 x 16 int32 sums; 64 values a multiply-add: 16 weight rows x 64
     // bytes, 16 x 64 of x.
     for (int t = CAFLM_TILE_S_LOW; t <= CAFLM_TILE_S_B; ++t) {

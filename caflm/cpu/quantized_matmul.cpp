@@ -16,7 +16,8 @@ namespace caflm::detail {
 
 namespace {
 
-// Output columns per parallel work item, at most (a multiple of kGroupCols).
+// Output columns per parallel work item, at most (a multiple of both group
+// widths).
 constexpr size_t kMaxTileCols = 64;
 static_assert(kMaxTileCols % kGroupCols == 0 && kMaxTileCols % kAmxGroupCols == 0);
 
@@ -28,7 +29,7 @@ static_assert(kMaxTileCols % kGroupCols == 0 && kMaxTileCols % kAmxGroupCols == 
 size_t tile_cols(size_t n, size_t group_cols) {
   const size_t tiles = 4 * static_cast<size_t>(std::max(1, omp_get_max_threads()));
   const size_t groups = std::max<size_t>(1, (n + tiles * group_cols - 1) / (tiles * group_cols));
-  return std::min(std::max(kMaxTileCols, group_cols), groups * group_cols);
+  return std::min(kMaxTileCols, groups * group_cols);
 }
 
 // Below this many multiply-adds a call runs on the calling thread.
@@ -446,7 +447,7 @@ struct AmxGroupScratch {
   std::vector<int8_t> min_rows;
 
   void resize(QuantKind kind, size_t k) {
-    const bool super = kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
+    const bool super = is_super_kind(kind);
     q.resize(kAmxGroupCols * k);
     d.resize(kAmxGroupCols * (k / 32));
     m.resize(kAmxGroupCols * (k / 32));
@@ -540,7 +541,6 @@ void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const Quant
         AmxGroupProblem tiles{};
         tiles.kind = kind;
         tiles.k = k;
-        tiles.m = tile_rows;
         tiles.x = panelled;
         tiles.w = scratch.columns(0, w.type, k);
         if (in_place) {
@@ -766,7 +766,7 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
     q_abs.resize(signed_avx2 ? kGroupCols * k : 0);
     d.resize(kGroupCols * (k / 32));
     mm.resize(kGroupCols * (k / 32));
-    const bool super = kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
+    const bool super = is_super_kind(kind);
     scales.resize(super ? kGroupCols * k / 16 : 0);
     mins.resize(super ? kGroupCols * k / 16 : 0);
 

@@ -49,6 +49,11 @@ enum class QuantKind {
   kSuperOffset,
 };
 
+/// Whether a kind is one of the K-quants' (super-blocks of 256).
+inline bool is_super_kind(QuantKind kind) {
+  return kind == QuantKind::kSuperWithMin || kind == QuantKind::kSuperOffset;
+}
+
 /// The family of a weight type; throws std::invalid_argument naming any type
 /// that is not a quantized weight type.
 QuantKind quant_kind(TensorType weight_type);
@@ -141,8 +146,7 @@ inline size_t amx_split_pitch(size_t k) {
 struct AmxGroupProblem {
   QuantKind kind;
   size_t k;
-  size_t m;
-  AmxActivations x;
+  AmxActivations x; // all of x's rows the tiles take (m / 16 whole panels)
   DecodedColumns w; // kAmxGroupCols decoded rows (unused ones any finite value)
   // The legacy kinds' quants as the A tiles read them: column j's block b
   // at quants + j * quants_stride + b * quants_block_stride. The decoded
