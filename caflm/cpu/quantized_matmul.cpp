@@ -16,25 +16,6 @@ namespace caflm::detail {
 
 namespace {
 
-// Output columns per parallel work item, at most (a multiple of both group
-// widths).
-constexpr size_t kMaxTileCols = 64;
-static_assert(kMaxTileCols % kGroupCols == 0 && kMaxTileCols % kAmxGroupCols == 0);
-
-// Tile width for n columns: about 4 tiles per thread so that dynamic
-// scheduling can even out the load (decode has few columns to share), whole
-// column groups, at most kMaxTileCols. Which thread computes a column, and in
-// which tile, never changes its bits: the width is free to follow the thread
-// count.
-size_t tile_cols(size_t n, size_t group_cols) {
-  const size_t tiles = 4 * static_cast<size_t>(std::max(1, omp_get_max_threads()));
-  const size_t groups = std::max<size_t>(1, (n + tiles * group_cols - 1) / (tiles * group_cols));
-  return std::min(kMaxTileCols, groups * group_cols);
-}
-
-// Below this many multiply-adds a call runs on the calling thread.
-constexpr size_t kParallelMinMacs = size_t{1} << 18;
-
 float half(uint16_t bits) {
   return _cvtsh_ss(bits);
 }
@@ -399,194 +380,22 @@ void decode_super_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, int8
                       d + col * nb, dmin + col * nb);
 }
 
-/// The rows of x quantized by quantized_linear (row-major, ActivationRow's
-/// arrays for all rows).
-struct QuantizedRows {
-  const int8_t* q;
-  const float* d;
-  const float* s;
-  const int16_t* bsums;
-};
+} // namespace
 
-/// Lays out row `row` of x in the 16-row panels of AmxActivations (the
-/// writable arrays at q, d, and where not null s and sums).
-void pack_panel_row(size_t k, size_t blocks, size_t row, const QuantizedRows& x, int8_t* q,
-                    float* d, float* s, int32_t* sums) {
-  const size_t panel = row / 16;
-  const size_t lane = row % 16;
-  int8_t* q_out = q + panel * (k / 4) * 64 + 4 * lane;
-  const int8_t* q_in = x.q + row * k;
-  for (size_t g = 0; g < k / 4; ++g) {
-    std::memcpy(q_out + 64 * g, q_in + 4 * g, 4);
-  }
-  for (size_t b = 0; b < blocks; ++b) {
-    const size_t at = (panel * blocks + b) * 16 + lane;
-    d[at] = x.d[row * blocks + b];
-    if (s != nullptr) {
-      s[at] = x.s[row * blocks + b];
-    }
-    if (sums != nullptr) {
-      int32_t sum = 0;
-      for (size_t i = 0; i < 32; ++i) {
-        sum += q_in[32 * b + i];
-      }
-      sums[at] = sum;
-    }
-  }
-}
+namespace {
 
-/// One thread's decoded column group for amx_linear, grown once.
-struct AmxGroupScratch {
-  std::vector<uint8_t> q;
-  std::vector<float> d;
-  std::vector<float> m;
-  std::vector<int8_t> scales;
-  std::vector<int16_t> mins;
-  std::vector<int8_t> low;
-  std::vector<int8_t> high;
-  std::vector<int8_t> min_rows;
-
-  void resize(QuantKind kind, size_t k) {
-    const bool super = is_super_kind(kind);
-    q.resize(kAmxGroupCols * k);
-    d.resize(kAmxGroupCols * (k / 32));
-    m.resize(kAmxGroupCols * (k / 32));
-    scales.resize(super ? kAmxGroupCols * k / 16 : 0);
-    mins.resize(super ? kAmxGroupCols * k / 16 : 0);
-    low.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
-    high.resize(super ? kAmxGroupCols * amx_split_pitch(k) : 0);
-    min_rows.resize(kind == QuantKind::kSuperWithMin ? kAmxGroupCols * amx_split_pitch(k) : 0);
-  }
-
-  /// The decoded columns from `first` on, for a weight of `type` and rows
-  /// of k values.
-  DecodedColumns columns(size_t first, TensorType type, size_t k) const {
-    const size_t blocks = k / tensor_block_size(type);
-    const bool super = !scales.empty();
-    return DecodedColumns{q.data() + first * k,
-                          nullptr,
-                          d.data() + first * blocks,
-                          m.data() + first * blocks,
-                          super ? scales.data() + first * (k / 16) : nullptr,
-                          super ? mins.data() + first * (k / 16) : nullptr};
-  }
-};
-
-/// quantized_linear's column loop on the AMX kernels, for m >= 16: x in
-/// 16-row panels, groups of kAmxGroupCols columns.
-void amx_linear(const WeightView& w, QuantKind kind, TensorType act, const QuantizedRows& x,
-                size_t m, float* __restrict__ y, const float* __restrict__ bias) {
-  const size_t k = w.cols;
-  const size_t n = w.rows;
-  const size_t blocks = k / tensor_block_size(act);
-  // Whole panels of 16 rows go through the tiles, the rows after them
-  // through the AVX-512 kernels, which compute the same bits.
-  const size_t panels = m / 16;
-  const size_t tile_rows = 16 * panels;
-  thread_local std::vector<int8_t> panel_q;
-  thread_local std::vector<float> panel_d;
-  thread_local std::vector<float> panel_s;
-  thread_local std::vector<int32_t> panel_sums;
-  panel_q.resize(panels * 16 * k);
-  panel_d.resize(panels * 16 * blocks);
-  panel_s.resize(x.s != nullptr ? panels * 16 * blocks : 0);
-  panel_sums.resize(kind == QuantKind::kLegacyOffset ? panels * 16 * blocks : 0);
-  int8_t* const pq = panel_q.data();
-  float* const pd = panel_d.data();
-  float* const ps = x.s != nullptr ? panel_s.data() : nullptr;
-  int32_t* const psums = kind == QuantKind::kLegacyOffset ? panel_sums.data() : nullptr;
-  const auto panel_rows = static_cast<ptrdiff_t>(tile_rows);
-#pragma omp parallel for schedule(static) if (m * k >= kParallelMinMacs / 8)
-  for (ptrdiff_t r = 0; r < panel_rows; ++r) {
-    pack_panel_row(k, blocks, static_cast<size_t>(r), x, pq, pd, ps, psums);
-  }
-  const AmxActivations panelled{panels, pq, pd, ps, psums};
-
-  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  const size_t w_row_bytes = tensor_row_bytes(w.type, k);
-  const size_t tile_width = tile_cols(n, kAmxGroupCols);
-  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
-#pragma omp parallel if (m * n * k >= kParallelMinMacs)
-  {
-    amx_begin(kind);
-#pragma omp for schedule(dynamic)
-    for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
-      thread_local AmxGroupScratch scratch;
-      scratch.resize(kind, k);
-      const size_t col_begin = static_cast<size_t>(tile) * tile_width;
-      const size_t col_end = std::min(n, col_begin + tile_width);
-      for (size_t col0 = col_begin; col0 < col_end; col0 += kAmxGroupCols) {
-        const size_t cols = std::min(kAmxGroupCols, col_end - col0);
-        // A whole group of Q8_0 with no rows left for the AVX-512 kernels
-        // feeds its blocks to the tiles where they lie; only the scales are
-        // decoded. (A ragged group would have the tiles read rows past the
-        // tensor.)
-        const bool in_place = w.type == TensorType::Q8_0 && cols == kAmxGroupCols && tile_rows == m;
-        if (in_place) {
-          const size_t nb = k / 32;
-          for (size_t j = 0; j < cols; ++j) {
-            const uint8_t* row = w_bytes + (col0 + j) * w_row_bytes;
-            for (size_t b = 0; b < nb; ++b) {
-              scratch.d[j * nb + b] =
-                  half(u16_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d)));
-            }
-          }
-        } else {
-          for (size_t j = 0; j < cols; ++j) {
-            decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
-                              nullptr, scratch.d.data(), scratch.m.data(), scratch.scales.data(),
-                              scratch.mins.data());
-          }
-        }
-        AmxGroupProblem tiles{};
-        tiles.kind = kind;
-        tiles.k = k;
-        tiles.x = panelled;
-        tiles.w = scratch.columns(0, w.type, k);
-        if (in_place) {
-          tiles.quants = w_bytes + col0 * w_row_bytes + offsetof(BlockQ8_0, qs);
-          tiles.quants_stride = w_row_bytes;
-          tiles.quants_block_stride = sizeof(BlockQ8_0);
-        } else {
-          tiles.quants = scratch.q.data();
-          tiles.quants_stride = k;
-          tiles.quants_block_stride = 32;
-        }
-        tiles.low = scratch.low.data();
-        tiles.high = scratch.high.data();
-        tiles.mins = kind == QuantKind::kSuperWithMin ? scratch.min_rows.data() : nullptr;
-        tiles.offset = stored_offset(w.type);
-        tiles.cols = cols;
-        tiles.y = y + col0;
-        tiles.y_stride = n;
-        tiles.bias = bias != nullptr ? bias + col0 : nullptr;
-        dot_group_amx(tiles);
-        // The rows after the last panel: the decoded group in column groups
-        // of kGroupCols, as the AVX-512 kernels take them.
-        for (size_t sub = 0; tile_rows < m && sub < cols; sub += kGroupCols) {
-          GroupProblem rest{};
-          rest.kind = kind;
-          rest.k = k;
-          rest.m = m - tile_rows;
-          rest.x_q = x.q + tile_rows * k;
-          rest.x_d = x.d + tile_rows * blocks;
-          rest.x_s = x.s != nullptr ? x.s + tile_rows * blocks : nullptr;
-          rest.x_bsums = x.bsums != nullptr ? x.bsums + tile_rows * (k / 16) : nullptr;
-          rest.w = scratch.columns(sub, w.type, k);
-          rest.offset = stored_offset(w.type);
-          rest.cols = std::min(kGroupCols, cols - sub);
-          rest.y = y + tile_rows * n + col0 + sub;
-          rest.y_stride = n;
-          rest.bias = bias != nullptr ? bias + col0 + sub : nullptr;
-          dot_group_avx512(rest);
-        }
-      }
-    }
-    amx_end();
-  }
-}
+// Output columns per parallel work item, at most (a multiple of both group
+// widths).
+constexpr size_t kMaxTileCols = 64;
+static_assert(kMaxTileCols % kGroupCols == 0 && kMaxTileCols % kAmxGroupCols == 0);
 
 } // namespace
+
+size_t quantized_tile_cols(size_t n, size_t group_cols) {
+  const size_t tiles = 4 * static_cast<size_t>(std::max(1, omp_get_max_threads()));
+  const size_t groups = std::max<size_t>(1, (n + tiles * group_cols - 1) / (tiles * group_cols));
+  return std::min(kMaxTileCols, groups * group_cols);
+}
 
 QuantKind quant_kind(TensorType weight_type) {
   switch (weight_type) {
@@ -745,13 +554,12 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
   // Fewer rows than a tile's 16 take the AVX-512 kernels, which give the
   // same bits.
   if (isa == MatmulIsa::Amx && m >= 16) {
-    const QuantizedRows rows{xq, xd, xs, xb};
-    amx_linear(w, kind, act, rows, m, y, bias);
+    quantized_linear_amx(w, kind, act, QuantizedRows{xq, xd, xs, xb}, m, y, bias);
     return;
   }
   const bool signed_avx2 = kind == QuantKind::kLegacySigned && isa == MatmulIsa::Avx2;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  const size_t tile_width = tile_cols(n, kGroupCols);
+  const size_t tile_width = quantized_tile_cols(n, kGroupCols);
   const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
 #pragma omp parallel for schedule(dynamic) if (m * n * k >= kParallelMinMacs)
   for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {

@@ -171,6 +171,32 @@ void amx_begin(QuantKind kind);
 void amx_end();
 void dot_group_amx(const AmxGroupProblem& p);
 
+/// The rows of x quantized by quantized_linear (row-major, ActivationRow's
+/// arrays for all rows).
+struct QuantizedRows {
+  const int8_t* q;
+  const float* d;
+  const float* s;
+  const int16_t* bsums;
+};
+
+/// quantized_linear's column loop on the AMX kernels, for m >= 16: x in
+/// 16-row panels, groups of kAmxGroupCols columns (quantized_matmul_amx.cpp).
+void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
+                          const QuantizedRows& x, size_t m, float* __restrict__ y,
+                          const float* __restrict__ bias);
+
+/// Below this many multiply-adds a quantized linear runs on the calling
+/// thread.
+inline constexpr size_t kParallelMinMacs = size_t{1} << 18;
+
+/// Tile width for n columns in groups of `group_cols`: about 4 tiles per
+/// thread so that dynamic scheduling can even out the load (decode has few
+/// columns to share), whole column groups, at most 64 columns. Which thread
+/// computes a column, and in which tile, never changes its bits: the width
+/// is free to follow the thread count.
+size_t quantized_tile_cols(size_t n, size_t group_cols);
+
 /// linear() for a quantized weight type with the kernels of `isa`.
 void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,
                       float* __restrict__ y, const float* __restrict__ bias);
