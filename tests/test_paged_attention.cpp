@@ -40,10 +40,11 @@ Sequence random_sequence(std::uint32_t n_heads, std::uint32_t n_kv_heads, std::u
 
 /// A cache of `n_blocks` blocks holding `s` in the blocks of `pages`, every
 /// other cell of the cache filled with noise (stale entries of other
-/// sequences); returns the attention output of all heads. // [n_heads, head_dim]
+/// sequences); returns the attention output of all heads, computed with the
+/// kernels of `isa`. // [n_heads, head_dim]
 std::vector<float> attend(const Sequence& s, KvCacheType type, std::uint32_t block_size,
                           const std::vector<BlockId>& pages, std::uint32_t n_blocks,
-                          std::uint32_t heads_per_call) {
+                          std::uint32_t heads_per_call, MatmulIsa isa = default_matmul_isa()) {
   KvStorage kv(type, 1, n_blocks, block_size, s.n_kv_heads, s.head_dim);
   std::mt19937 rng(99);
   std::uniform_real_distribution<float> noise(-50.0f, 50.0f);
@@ -68,7 +69,7 @@ std::vector<float> attend(const Sequence& s, KvCacheType type, std::uint32_t blo
     for (std::uint32_t g = 0; g < group; g += heads_per_call) {
       const std::size_t first = (std::size_t{h} * group + g) * s.head_dim;
       paged_attention(PagedKvHead{&kv, 0, h, pages.data()}, s.context, &s.queries[first],
-                      heads_per_call, scale, scores.data(), &out[first]);
+                      heads_per_call, scale, scores.data(), &out[first], isa);
     }
   return out;
 }
@@ -159,6 +160,21 @@ TEST_CASE("paged attention matches a double-precision pass, bitwise the same for
   const std::vector<float> one_by_one =
       attend(s, type, 16, pages_for(context, 16, n_blocks), n_blocks, 1);
   CHECK(std::memcmp(one_by_one.data(), base.data(), base.size() * sizeof(float)) == 0);
+
+  // The 8-lane AVX2 and the 16-lane AVX-512 kernels: the same bits, whole
+  // groups or one head at a time.
+  for (MatmulIsa isa : {MatmulIsa::Avx2, MatmulIsa::Avx512}) {
+    if (!matmul_isa_supported(isa)) {
+      WARN("this CPU cannot run the " << to_string(isa) << " kernels: not compared");
+      continue;
+    }
+    for (std::uint32_t heads_per_call : {group, 1u}) {
+      INFO(to_string(isa) << " kernels, " << heads_per_call << " heads per call");
+      const std::vector<float> other =
+          attend(s, type, 16, pages_for(context, 16, n_blocks), n_blocks, heads_per_call, isa);
+      CHECK(std::memcmp(other.data(), base.data(), base.size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("an F16 cache stores keys and values rounded to nearest even") {

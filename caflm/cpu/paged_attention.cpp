@@ -4,29 +4,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "caflm/cpu/cpu_kernels.hpp"
+#include "caflm/cpu/cpu_matmul.hpp"
+#include "caflm/cpu/paged_attention_kernels.hpp"
 #include "caflm/cpu/simd_helpers.hpp"
 
 namespace caflm {
 
 namespace {
 
-/// Cache elements stored as IEEE half.
-struct F16Elements {
-  using T = std::uint16_t;
-  static __m256 load8(const T* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static float load1(const T* p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*p))); }
-};
+__m256 load8(const std::uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
-/// Cache elements stored as f32.
-struct F32Elements {
-  using T = float;
-  static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
-  static float load1(const T* p) { return *p; }
-};
+__m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
 
 /// Scores of `kChunks` runs of 8 positions of one block whose transposed
 /// keys `keys_t` ([head_dim, block_size]) start at column `first`; stores the
@@ -45,12 +41,12 @@ void score_chunks(const typename E::T* __restrict__ keys_t, std::size_t block_si
     for (int j = 0; j < 4; ++j) {
       const __m256 q = _mm256_set1_ps(query[d + j]);
       for (int c = 0; c < kChunks; ++c)
-        acc[c][j] = _mm256_fmadd_ps(q, E::load8(column + (d + j) * block_size + 8 * c), acc[c][j]);
+        acc[c][j] = _mm256_fmadd_ps(q, load8(column + (d + j) * block_size + 8 * c), acc[c][j]);
     }
   for (int j = 0; d < head_dim; ++d, ++j) {
     const __m256 q = _mm256_set1_ps(query[d]);
     for (int c = 0; c < kChunks; ++c)
-      acc[c][j] = _mm256_fmadd_ps(q, E::load8(column + d * block_size + 8 * c), acc[c][j]);
+      acc[c][j] = _mm256_fmadd_ps(q, load8(column + d * block_size + 8 * c), acc[c][j]);
   }
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int c = 0; c < kChunks && 8 * std::size_t(c) < count; ++c) {
@@ -69,41 +65,6 @@ float score_one(const typename E::T* __restrict__ keys_t, std::size_t block_size
   for (std::size_t d = 0; d < head_dim; ++d)
     acc[d % 4] = std::fma(query[d], E::load1(keys_t + d * block_size + cell), acc[d % 4]);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
-}
-
-/// Asks for the `bytes` from `p` on in L1 ahead of their use: a sequence's
-/// blocks lie anywhere in the cache, so the hardware prefetchers, which
-/// follow one stream, stall at each block boundary.
-void prefetch_bytes(const void* p, std::size_t bytes) {
-  const char* at = static_cast<const char*>(p);
-  for (std::size_t line = 0; line < bytes; line += 64)
-    _mm_prefetch(at + line, _MM_HINT_T0);
-}
-
-/// How many blocks ahead of the one in use the walks below prefetch: one
-/// block of a 64-wide head (4 KiB of F32 keys) is less work than a fetch
-/// from memory takes.
-constexpr std::size_t kPrefetchBlocks = 2;
-
-/// Prefetches for a walk over `pages` blocks now at block `page` the block
-/// kPrefetchBlocks on (at page 0, every block up to it). `block_at(i)`: the
-/// first byte of block i.
-template <typename BlockAt>
-void prefetch_ahead(BlockAt block_at, std::size_t page, std::size_t pages,
-                    std::size_t block_bytes) {
-  const std::size_t first = page == 0 ? 1 : page + kPrefetchBlocks;
-  for (std::size_t next = first; next <= page + kPrefetchBlocks && next < pages; ++next)
-    prefetch_bytes(block_at(next), block_bytes);
-}
-
-template <typename E>
-const typename E::T* keys_of(const PagedKvHead& h, BlockId block) {
-  return reinterpret_cast<const typename E::T*>(h.kv->keys(h.layer, block, h.kv_head));
-}
-
-template <typename E>
-const typename E::T* values_of(const PagedKvHead& h, BlockId block) {
-  return reinterpret_cast<const typename E::T*>(h.kv->values(h.layer, block, h.kv_head));
 }
 
 /// scores[g * context + pos] for every query head g < group and pos <
@@ -154,7 +115,7 @@ void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_
     const __m256 p = _mm256_set1_ps(probs[cell]);
     const typename E::T* row = rows + cell * head_dim + d0;
     for (int v = 0; v < kVectors; ++v)
-      acc[v] = _mm256_fmadd_ps(p, E::load8(row + 8 * v), acc[v]);
+      acc[v] = _mm256_fmadd_ps(p, load8(row + 8 * v), acc[v]);
   }
   for (int v = 0; v < kVectors; ++v)
     _mm256_storeu_ps(out + d0 + 8 * v, acc[v]);
@@ -198,11 +159,20 @@ void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* _
 
 template <typename E>
 void attend(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
-            std::uint32_t group, float scale, float* __restrict__ scores, float* __restrict__ out) {
-  score_positions<E>(h, context, queries, group, scale, scores);
+            std::uint32_t group, float scale, float* __restrict__ scores, float* __restrict__ out,
+            bool avx512) {
+  if (avx512) {
+    detail::score_positions_avx512(h, context, queries, group, scale, scores);
+  } else {
+    score_positions<E>(h, context, queries, group, scale, scores);
+  }
   for (std::uint32_t g = 0; g < group; ++g)
     softmax_f32(scores + std::size_t{g} * context, context);
-  weighted_values<E>(h, context, scores, group, out);
+  if (avx512) {
+    detail::weighted_values_avx512(h, context, scores, group, out);
+  } else {
+    weighted_values<E>(h, context, scores, group, out);
+  }
 }
 
 /// Rounds to nearest even, as ggml's GGML_FP32_TO_FP16.
@@ -216,10 +186,21 @@ std::uint16_t to_half(float x) {
 void paged_attention(const PagedKvHead& head, std::uint32_t context,
                      const float* __restrict__ queries, std::uint32_t group, float scale,
                      float* __restrict__ scores, float* __restrict__ out) {
+  paged_attention(head, context, queries, group, scale, scores, out, default_matmul_isa());
+}
+
+void paged_attention(const PagedKvHead& head, std::uint32_t context,
+                     const float* __restrict__ queries, std::uint32_t group, float scale,
+                     float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa) {
+  if (!matmul_isa_supported(isa))
+    throw std::invalid_argument(std::string("paged_attention: this CPU cannot run the ") +
+                                to_string(isa) + " kernels");
+  // The 16-lane kernels take whole vectors of a block's positions.
+  const bool avx512 = isa != MatmulIsa::Avx2 && head.kv->block_size() % 16 == 0;
   if (head.kv->type() == KvCacheType::F16)
-    attend<F16Elements>(head, context, queries, group, scale, scores, out);
+    attend<F16Elements>(head, context, queries, group, scale, scores, out, avx512);
   else
-    attend<F32Elements>(head, context, queries, group, scale, scores, out);
+    attend<F32Elements>(head, context, queries, group, scale, scores, out, avx512);
 }
 
 void store_kv_head(KvStorage& kv, std::uint32_t layer, BlockId block, std::uint32_t kv_head,

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "caflm/cpu/cpu_matmul.hpp"
 #include "caflm/kv/kv_storage.hpp"
 
 // Attention over the paged CPU KV cache (caflm/kv/kv_storage.hpp), F16 or F32.
@@ -21,7 +22,8 @@
 //   pos = 0, 1, ... in order.
 // The vector kernels put positions (scores) or dimensions (the weighted sum)
 // in lanes and the scalar tails run the same operations one lane at a time,
-// so the bits depend neither on the block size nor on the instruction set.
+// so the bits depend neither on the block size nor on the instruction set
+// (8 lanes with AVX2, 16 with AVX-512 where blocks are whole vectors of 16).
 
 namespace caflm {
 
@@ -34,11 +36,19 @@ struct PagedKvHead {
 };
 
 /// Attention of `group` consecutive query heads to positions [0, context) of
-/// the cache `head`: softmax(q · K^T * scale) · V for each.
+/// the cache `head`: softmax(q · K^T * scale) · V for each, with the kernels
+/// of default_matmul_isa().
 /// - queries: [group, head_dim]; scores: scratch of [group, context]; out: [group, head_dim]
 void paged_attention(const PagedKvHead& head, std::uint32_t context,
                      const float* __restrict__ queries, std::uint32_t group, float scale,
                      float* __restrict__ scores, float* __restrict__ out);
+
+/// paged_attention with the kernels of `isa` (Amx's are Avx512's), so that
+/// tests and benchmarks can run each. Throws std::invalid_argument when this
+/// CPU cannot run `isa`.
+void paged_attention(const PagedKvHead& head, std::uint32_t context,
+                     const float* __restrict__ queries, std::uint32_t group, float scale,
+                     float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa);
 
 /// Writes one token's key and value of one KV head into `cell` of `block`,
 /// converted to the cache's type (F16: round to nearest even, as ggml does).

@@ -1,0 +1,207 @@
+// paged_attention's kernels with 16 lanes: a block of 16 positions is one
+// vector of scores, 16 dimensions one vector of the weighted sum. Every lane
+// takes the operations paged_attention.hpp lays down, in its order, so the
+// bits are those of the 8-lane kernels. The only file compiled with AVX-512
+// for attention; it runs only where the CPU has it.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "caflm/cpu/paged_attention_kernels.hpp"
+
+namespace caflm {
+
+namespace {
+
+// GCC 12 takes the self-initialised "undefined" pass-through operand inside
+// _mm512_cvtph_ps for a use of an uninitialised value once the call is
+// inlined into an unrolled loop; the instruction never reads it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__m512 load16(const std::uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+#pragma GCC diagnostic pop
+
+__m512 load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+
+// The kernels below index their accumulator arrays only in loops of
+// constant trip counts that GCC unrolls fully, so that the arrays live in
+// registers.
+
+/// Scores of 16 positions of one block, from column `first` of its
+/// transposed keys `keys_t` ([head_dim, block_size]), for `kGroup` query
+/// heads at once: each vector of keys is converted once and meets every
+/// head's query. Stores the first `count` of each head's 16.
+/// - queries: [kGroup, head_dim]; scores: kGroup rows `score_stride` apart
+template <typename E, int kGroup>
+void score_chunk(const typename E::T* __restrict__ keys_t, std::size_t block_size,
+                 std::size_t first, const float* __restrict__ queries, std::size_t head_dim,
+                 float scale, float* __restrict__ scores, std::size_t score_stride,
+                 std::size_t count) {
+  __m512 acc[kGroup][4];
+#pragma GCC unroll 16
+  for (int g = 0; g < kGroup; ++g)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+      acc[g][j] = _mm512_setzero_ps();
+  const typename E::T* column = keys_t + first;
+  std::size_t d = 0;
+  for (; d + 4 <= head_dim; d += 4)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512 k = load16(column + (d + j) * block_size);
+#pragma GCC unroll 4
+      for (int g = 0; g < kGroup; ++g)
+        acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(queries[g * head_dim + d + j]), k, acc[g][j]);
+    }
+    // The last head_dim % 4 dimensions: accumulators 0, 1, 2 in turn.
+#pragma GCC unroll 3
+  for (int j = 0; j < 3; ++j)
+    if (d + j < head_dim) {
+      const __m512 k = load16(column + (d + j) * block_size);
+#pragma GCC unroll 4
+      for (int g = 0; g < kGroup; ++g)
+        acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(queries[g * head_dim + d + j]), k, acc[g][j]);
+    }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const auto lanes = static_cast<__mmask16>((1u << std::min<std::size_t>(16, count)) - 1u);
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroup; ++g) {
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
+    _mm512_mask_storeu_ps(scores + g * score_stride, lanes, _mm512_mul_ps(sum, vscale));
+  }
+}
+
+/// out[g][d0, d0 + 16 * kVectors) += the weighted value rows of one block's
+/// `valid` cells for `kGroup` query heads, one fma per cell in cell order;
+/// each row is converted once for all of them.
+/// - probs: kGroup rows `prob_stride` apart; out: [kGroup, head_dim]
+template <typename E, int kGroup, int kVectors>
+void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_dim,
+                       std::size_t valid, const float* __restrict__ probs, std::size_t prob_stride,
+                       std::size_t d0, float* __restrict__ out) {
+  __m512 acc[kGroup][kVectors];
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroup; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v)
+      acc[g][v] = _mm512_loadu_ps(out + g * head_dim + d0 + 16 * v);
+  for (std::size_t cell = 0; cell < valid; ++cell) {
+    const typename E::T* row = rows + cell * head_dim + d0;
+    __m512 value[kVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v)
+      value[v] = load16(row + 16 * v);
+#pragma GCC unroll 4
+    for (int g = 0; g < kGroup; ++g) {
+      const __m512 p = _mm512_set1_ps(probs[g * prob_stride + cell]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v)
+        acc[g][v] = _mm512_fmadd_ps(p, value[v], acc[g][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroup; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v)
+      _mm512_storeu_ps(out + g * head_dim + d0 + 16 * v, acc[g][v]);
+}
+
+/// Calls f(first_head, std::integral_constant<int, n>) over the group's heads
+/// in runs of 4, then 2, then 1: 4 x 4 accumulators and the keys' or the
+/// values' vectors stay within the 32 registers.
+template <typename F>
+void for_group_runs(std::uint32_t group, F f) {
+  std::uint32_t g = 0;
+  for (; g + 4 <= group; g += 4)
+    f(g, std::integral_constant<int, 4>{});
+  for (; g + 2 <= group; g += 2)
+    f(g, std::integral_constant<int, 2>{});
+  for (; g < group; ++g)
+    f(g, std::integral_constant<int, 1>{});
+}
+
+template <typename E>
+void score_positions(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
+                     std::uint32_t group, float scale, float* __restrict__ scores) {
+  const std::size_t block_size = h.kv->block_size();
+  const std::size_t head_dim = h.kv->head_dim();
+  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
+  const std::size_t pages = (context + block_size - 1) / block_size;
+  const auto block_at = [&h](std::size_t page) { return keys_of<E>(h, h.pages[page]); };
+  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
+    const typename E::T* keys_t = keys_of<E>(h, h.pages[page]);
+    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+    prefetch_ahead(block_at, page, pages, block_bytes);
+    // Lanes past `valid` read cells of this block that hold no key yet;
+    // their scores are computed and dropped.
+    for (std::size_t first = 0; first < valid; first += 16)
+      for_group_runs(group, [&](std::uint32_t g, auto run) {
+        score_chunk<E, decltype(run)::value>(keys_t, block_size, first, queries + g * head_dim,
+                                             head_dim, scale, scores + g * context + start + first,
+                                             context, valid - first);
+      });
+  }
+}
+
+template <typename E>
+void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
+                     std::uint32_t group, float* __restrict__ out) {
+  const std::size_t block_size = h.kv->block_size();
+  const std::size_t head_dim = h.kv->head_dim();
+  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
+  std::fill_n(out, std::size_t{group} * head_dim, 0.0f);
+  const std::size_t pages = (context + block_size - 1) / block_size;
+  const auto block_at = [&h](std::size_t page) { return values_of<E>(h, h.pages[page]); };
+  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
+    const typename E::T* rows = values_of<E>(h, h.pages[page]);
+    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+    prefetch_ahead(block_at, page, pages, block_bytes);
+    for_group_runs(group, [&](std::uint32_t g, auto run) {
+      constexpr int kGroup = decltype(run)::value;
+      const float* p = probs + std::size_t{g} * context + start;
+      float* head_out = out + std::size_t{g} * head_dim;
+      std::size_t d = 0;
+      for (; d + 64 <= head_dim; d += 64)
+        add_weighted_rows<E, kGroup, 4>(rows, head_dim, valid, p, context, d, head_out);
+      for (; d + 16 <= head_dim; d += 16)
+        add_weighted_rows<E, kGroup, 1>(rows, head_dim, valid, p, context, d, head_out);
+      for (int i = 0; i < kGroup; ++i)
+        for (std::size_t e = d; e < head_dim; ++e)
+          for (std::size_t cell = 0; cell < valid; ++cell)
+            head_out[i * head_dim + e] =
+                std::fma(p[i * context + cell], E::load1(rows + cell * head_dim + e),
+                         head_out[i * head_dim + e]);
+    });
+  }
+}
+
+} // namespace
+
+void detail::score_positions_avx512(const PagedKvHead& head, std::uint32_t context,
+                                    const float* __restrict__ queries, std::uint32_t group,
+                                    float scale, float* __restrict__ scores) {
+  if (head.kv->type() == KvCacheType::F16)
+    score_positions<F16Elements>(head, context, queries, group, scale, scores);
+  else
+    score_positions<F32Elements>(head, context, queries, group, scale, scores);
+}
+
+void detail::weighted_values_avx512(const PagedKvHead& head, std::uint32_t context,
+                                    const float* __restrict__ probs, std::uint32_t group,
+                                    float* __restrict__ out) {
+  if (head.kv->type() == KvCacheType::F16)
+    weighted_values<F16Elements>(head, context, probs, group, out);
+  else
+    weighted_values<F32Elements>(head, context, probs, group, out);
+}
+
+} // namespace caflm

@@ -1,0 +1,83 @@
+#pragma once
+
+// What paged_attention.cpp (AVX2) and paged_attention_avx512.cpp share: the
+// cache's element types and where a head's blocks lie. Internal linkage, as
+// in simd_helpers.hpp, so that each file keeps its own machine code.
+// Internals of caflm/cpu; include nowhere else.
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "caflm/cpu/paged_attention.hpp"
+
+namespace caflm::detail {
+
+/// paged_attention's scores and weighted sum with 16-lane AVX-512 kernels
+/// (paged_attention_avx512.cpp): the operations of the 8-lane ones, so the
+/// same bits. The CPU must have AVX-512 F and the block size must be a
+/// multiple of 16.
+/// - queries: [group, head_dim]; scores: [group, context]
+void score_positions_avx512(const PagedKvHead& head, std::uint32_t context,
+                            const float* __restrict__ queries, std::uint32_t group, float scale,
+                            float* __restrict__ scores);
+/// - probs: [group, context]; out: [group, head_dim]
+void weighted_values_avx512(const PagedKvHead& head, std::uint32_t context,
+                            const float* __restrict__ probs, std::uint32_t group,
+                            float* __restrict__ out);
+
+} // namespace caflm::detail
+
+namespace caflm {
+namespace {
+
+/// Asks for the `bytes` from `p` on in L1 ahead of their use: a sequence's
+/// blocks lie anywhere in the cache, so the hardware prefetchers, which
+/// follow one stream, stall at each block boundary.
+inline void prefetch_bytes(const void* p, std::size_t bytes) {
+  const char* at = static_cast<const char*>(p);
+  for (std::size_t line = 0; line < bytes; line += 64)
+    _mm_prefetch(at + line, _MM_HINT_T0);
+}
+
+/// How many blocks ahead of the one in use the walks prefetch: one block of
+/// a 64-wide head (4 KiB of F32 keys) is less work than a fetch from memory
+/// takes.
+constexpr std::size_t kPrefetchBlocks = 2;
+
+/// Prefetches for a walk over `pages` blocks now at block `page` the block
+/// kPrefetchBlocks on (at page 0, every block up to it). `block_at(i)`: the
+/// first byte of block i.
+template <typename BlockAt>
+inline void prefetch_ahead(BlockAt block_at, std::size_t page, std::size_t pages,
+                           std::size_t block_bytes) {
+  const std::size_t first = page == 0 ? 1 : page + kPrefetchBlocks;
+  for (std::size_t next = first; next <= page + kPrefetchBlocks && next < pages; ++next)
+    prefetch_bytes(block_at(next), block_bytes);
+}
+
+/// Cache elements stored as IEEE half.
+struct F16Elements {
+  using T = std::uint16_t;
+  static float load1(const T* p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*p))); }
+};
+
+/// Cache elements stored as f32.
+struct F32Elements {
+  using T = float;
+  static float load1(const T* p) { return *p; }
+};
+
+template <typename E>
+const typename E::T* keys_of(const PagedKvHead& h, BlockId block) {
+  return reinterpret_cast<const typename E::T*>(h.kv->keys(h.layer, block, h.kv_head));
+}
+
+template <typename E>
+const typename E::T* values_of(const PagedKvHead& h, BlockId block) {
+  return reinterpret_cast<const typename E::T*>(h.kv->values(h.layer, block, h.kv_head));
+}
+
+} // namespace
+} // namespace caflm
