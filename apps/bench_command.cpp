@@ -34,7 +34,7 @@ struct BenchOptions {
   std::vector<std::uint32_t> concurrency{1, 4, 16, 32};
   Device device = Device::Auto;
   GpuMemory gpu_memory;
-  KvCacheType kv_cache_type = KvCacheType::F32;
+  std::optional<KvCacheType> kv_cache_type; // unset: the model's
   bool json = false;
   bool kv_waste = true;
 };
@@ -126,7 +126,7 @@ make_cpu_bench_engine(const std::shared_ptr<const Model>& model,
                       const std::shared_ptr<const Tokenizer>& tokenizer, EngineOptions sizing,
                       std::uint32_t sequences) {
   const std::uint64_t blocks = std::uint64_t{sequences} * cpu_kv_blocks_for(sizing.max_context) + 1;
-  sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config(), sizing.kv_cache_type);
+  sizing.kv_cache_bytes = blocks * cpu_kv_block_bytes(model->config(), *sizing.kv_cache_type);
   EngineConfig config = cpu_engine_config(*model, sizing);
   config.prefix_caching = false;
   return make_cpu_engine(model, tokenizer, config);
@@ -158,6 +158,7 @@ void add_greedy_request(InferenceEngine& engine, std::uint64_t id, std::vector<T
 
 /// Like llama.cpp's batched-bench: B sequences each prefill the prompt (all
 /// in as few steps as the token budget allows), then decode together.
+/// `options` as run_bench resolved them (device and KV cache type set).
 BenchResult run_one(const std::shared_ptr<const Model>& model,
                     const std::shared_ptr<const Tokenizer>& tokenizer, const BenchOptions& options,
                     std::uint32_t concurrency) {
@@ -173,7 +174,7 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
   if (options.device == Device::Cpu) {
     engine = make_cpu_bench_engine(model, tokenizer, sizing, concurrency);
     kv_cache_bytes =
-        engine->load().total_blocks * cpu_kv_block_bytes(model->config(), options.kv_cache_type);
+        engine->load().total_blocks * cpu_kv_block_bytes(model->config(), *options.kv_cache_type);
   } else {
     // The GPU's KV cache comes from --gpu-memory. Prefix caching stays on:
     // random prompts never hit it.
@@ -212,7 +213,7 @@ BenchResult run_one(const std::shared_ptr<const Model>& model,
 /// prompts of 1/4 to 2 times --prompt-tokens and replies of 1/4 to 2 times
 /// --gen-tokens, all running; at every step, the slots of the blocks in use
 /// against those holding a computed token. Returns the wasted fraction over
-/// all steps.
+/// all steps. `options` as run_bench resolved them.
 nlohmann::json measure_kv_waste(const std::shared_ptr<const Model>& model,
                                 const std::shared_ptr<const Tokenizer>& tokenizer,
                                 const BenchOptions& options, std::uint32_t concurrency) {
@@ -263,6 +264,8 @@ void run_bench(const BenchOptions& options) {
   resolved.device = resolve_device(options.device);
   auto model = Model::load(options.model);
   auto tokenizer = load_tokenizer(*model);
+  const KvCacheType kv_cache_type = options.kv_cache_type.value_or(auto_kv_cache_type(*model));
+  resolved.kv_cache_type = kv_cache_type;
   // A sequence holds the prompt and every generated token but the last.
   const std::uint64_t sequence = std::uint64_t{options.prompt_tokens} + options.gen_tokens + 1;
   if (sequence > model->config().context_length)
@@ -278,7 +281,7 @@ void run_bench(const BenchOptions& options) {
   warm_up.prompt_tokens = std::min<std::uint32_t>(options.prompt_tokens, 16);
   warm_up.gen_tokens = 2;
   run_one(model, tokenizer, warm_up, 1);
-  const ModelCost cost = model_cost(*model, options.kv_cache_type);
+  const ModelCost cost = model_cost(*model, kv_cache_type);
   const std::uint64_t file_bytes = std::filesystem::file_size(options.model);
   const std::uint64_t resident_after_load = resident_bytes();
   // The machine's read bandwidth, on the threads the CPU runner uses: what
@@ -292,7 +295,7 @@ void run_bench(const BenchOptions& options) {
   report["threads"] = omp_get_max_threads();
   if (resolved.device == Device::Cpu)
     report["cpu_kernels"] = to_string(default_matmul_isa());
-  report["kv_cache_type"] = to_string(options.kv_cache_type);
+  report["kv_cache_type"] = to_string(kv_cache_type);
   report["file_bytes"] = file_bytes;
   report["resident_bytes_after_load"] = resident_after_load;
   report["read_bandwidth_gb_s"] = bandwidth > 0.0 ? nlohmann::json(bandwidth / 1e9) : nullptr;
@@ -304,8 +307,8 @@ void run_bench(const BenchOptions& options) {
     if (resolved.device == Device::Cpu)
       std::printf(" (%s kernels)", to_string(default_matmul_isa()));
     std::printf(", %d threads, %s KV cache: file %s, resident after load and warm-up %s",
-                omp_get_max_threads(), to_string(options.kv_cache_type),
-                human_bytes(file_bytes).c_str(), human_bytes(resident_after_load).c_str());
+                omp_get_max_threads(), to_string(kv_cache_type), human_bytes(file_bytes).c_str(),
+                human_bytes(resident_after_load).c_str());
     if (bandwidth > 0.0)
       std::printf(", read bandwidth %.1f GB/s", bandwidth / 1e9);
     std::printf("\n%6s %14s %14s %14s %14s %10s %12s %12s\n", "B", "prefill tok/s", "decode tok/s",
@@ -346,7 +349,7 @@ void run_bench(const BenchOptions& options) {
         *std::max_element(options.concurrency.begin(), options.concurrency.end());
     progress.show(fmt::format("bench: KV cache waste of {} mixed sequences", sequences),
                   /*force=*/true);
-    report["kv_waste"] = measure_kv_waste(model, tokenizer, options, sequences);
+    report["kv_waste"] = measure_kv_waste(model, tokenizer, resolved, sequences);
     progress.clear();
     if (!options.json)
       std::printf("# KV cache waste, %u mixed sequences: %.2f%% of allocated slots unused\n",

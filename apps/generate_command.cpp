@@ -40,7 +40,7 @@ struct GenerateOptions {
   std::uint64_t kv_cache_mb = 1024;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
-  KvCacheType kv_cache_type = KvCacheType::F32;
+  std::optional<KvCacheType> kv_cache_type; // unset: the model's
   std::uint32_t max_context = 0;
   std::uint32_t max_in_flight = 64;
   double deadline_s = 0;

@@ -26,7 +26,7 @@ struct InspectOptions {
   std::string file;
   std::uint32_t context = 0; // 0: the model's
   std::uint32_t replicas = 1;
-  KvCacheType kv_cache_type = KvCacheType::F32;
+  std::optional<KvCacheType> kv_cache_type; // unset: the model's
   bool json = false;
 };
 
@@ -104,6 +104,7 @@ std::string shape_string(const std::vector<std::uint64_t>& dims) {
 /// a KV cache holding one whole context plus the engine's step buffers.
 struct MemoryEstimate {
   std::uint32_t context;
+  KvCacheType kv_cache_type;
   std::uint64_t weight_bytes;
   std::uint64_t kv_bytes_per_replica;
   std::uint64_t engine_bytes_per_replica; // KV cache included
@@ -117,10 +118,11 @@ MemoryEstimate estimate_memory(const Model& model, std::uint64_t weight_bytes,
   estimate.context = options.context == 0 ? m.context_length : options.context;
   EngineOptions engine;
   engine.max_context = estimate.context;
-  engine.kv_cache_type = options.kv_cache_type;
+  estimate.kv_cache_type = options.kv_cache_type.value_or(auto_kv_cache_type(model));
+  engine.kv_cache_type = estimate.kv_cache_type;
   // Whole blocks, as the pool allocates them.
   engine.kv_cache_bytes =
-      cpu_kv_blocks_for(estimate.context) * cpu_kv_block_bytes(m, options.kv_cache_type);
+      cpu_kv_blocks_for(estimate.context) * cpu_kv_block_bytes(m, estimate.kv_cache_type);
   const EngineConfig config = cpu_engine_config(model, engine);
   estimate.weight_bytes = weight_bytes;
   estimate.kv_bytes_per_replica = engine.kv_cache_bytes;
@@ -186,7 +188,7 @@ void run_inspect(const InspectOptions& options) {
     if (memory) {
       out["memory"] = {{"context", memory->context},
                        {"replicas", options.replicas},
-                       {"kv_cache_type", to_string(options.kv_cache_type)},
+                       {"kv_cache_type", to_string(memory->kv_cache_type)},
                        {"weight_bytes", memory->weight_bytes},
                        {"kv_cache_bytes_per_replica", memory->kv_bytes_per_replica},
                        {"engine_bytes_per_replica", memory->engine_bytes_per_replica},
@@ -232,9 +234,9 @@ void run_inspect(const InspectOptions& options) {
               human_bytes(memory->total_bytes).c_str());
   std::printf("  weights (mapped once, shared by the replicas of a process): %s\n",
               human_bytes(memory->weight_bytes).c_str());
-  std::printf("  per replica: %s, of which KV cache %s\n",
+  std::printf("  per replica: %s, of which KV cache %s (%s)\n",
               human_bytes(memory->engine_bytes_per_replica).c_str(),
-              human_bytes(memory->kv_bytes_per_replica).c_str());
+              human_bytes(memory->kv_bytes_per_replica).c_str(), to_string(memory->kv_cache_type));
 }
 
 } // namespace

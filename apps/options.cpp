@@ -195,19 +195,25 @@ void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory) {
       ->default_str("0.9");
 }
 
-void add_kv_cache_type_option(CLI::App& cmd, KvCacheType& type) {
-  type = KvCacheType::F32;
+void add_kv_cache_type_option(CLI::App& cmd, std::optional<KvCacheType>& type) {
+  type.reset();
   cmd.add_option_function<std::string>(
          "--kv-cache-type",
          [&type](const std::string& name) {
+           if (name == "auto") {
+             type.reset();
+             return;
+           }
            auto parsed = parse_kv_cache_type(name);
            if (!parsed)
-             throw CLI::ValidationError("--kv-cache-type", "expected f32 or f16, not " + name);
+             throw CLI::ValidationError("--kv-cache-type",
+                                        "expected auto, f32 or f16, not " + name);
            type = *parsed;
          },
          "Element type of a CPU engine's KV cache: f32 (log-probabilities as llama.cpp's with an "
-         "f32 cache) or f16 (twice the tokens per MiB, faster attention; llama.cpp's default)")
-      ->default_str("f32");
+         "f32 cache), f16 (twice the tokens per MiB, faster attention; llama.cpp's default) or "
+         "auto (f32 for a model whose matrices are all f32, else f16)")
+      ->default_str("auto");
 }
 
 void add_tls_options(CLI::App& cmd, TlsOptions& tls) {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -55,9 +56,10 @@ void add_sampling_options(CLI::App& cmd, SamplingParams& params,
 /// auto: CUDA when a device is usable, else the CPU (said once).
 void add_device_options(CLI::App& cmd, Device& device, GpuMemory& gpu_memory);
 
-/// Adds `--kv-cache-type f32|f16` to `cmd`, filling `type` (which must
-/// outlive the parse); the default is f32.
-void add_kv_cache_type_option(CLI::App& cmd, KvCacheType& type);
+/// Adds `--kv-cache-type auto|f32|f16` to `cmd`, filling `type` (which must
+/// outlive the parse); auto, the default, leaves it unset: the model's
+/// (auto_kv_cache_type).
+void add_kv_cache_type_option(CLI::App& cmd, std::optional<KvCacheType>& type);
 
 /// Adds `--tls-cert`, `--tls-key` and `--tls-ca` to `cmd`: the node's
 /// certificate and key and the cluster's CA for mutual TLS with other caflm

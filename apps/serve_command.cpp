@@ -41,7 +41,7 @@ struct ServeOptions {
   std::uint32_t max_context = 0;
   Device device = Device::Auto;
   GpuMemory gpu_memory;
-  KvCacheType kv_cache_type = KvCacheType::F32;
+  std::optional<KvCacheType> kv_cache_type; // unset: the model's
   std::string routing = "prefix";
   std::size_t threads = 2;
   double connect_timeout_s = 10;

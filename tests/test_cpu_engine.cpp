@@ -49,6 +49,35 @@ TEST_CASE("the KV budget is honoured and the context cut to what it holds") {
   }
 }
 
+TEST_CASE("unless asked, the KV cache type follows the model: f32 for an f32 model, else f16") {
+  struct Case {
+    TensorType type;
+    QuantMix mix;
+    KvCacheType expected;
+  };
+  const Case c = GENERATE(Case{TensorType::F32, QuantMix::Uniform, KvCacheType::F32},
+                          Case{TensorType::F16, QuantMix::Uniform, KvCacheType::F16},
+                          Case{TensorType::BF16, QuantMix::Uniform, KvCacheType::F16},
+                          Case{TensorType::Q8_0, QuantMix::Uniform, KvCacheType::F16},
+                          Case{TensorType::Q4_K, QuantMix::Q4_K_M, KvCacheType::F16});
+  RandomModelSpec spec = caflm::testing::small_random_spec("llama", 5);
+  spec.dim = 256; // whole super-blocks of 256 for Q4_K
+  spec.ffn_dim = 256;
+  spec.type = c.type;
+  spec.mix = c.mix;
+  auto model = caflm::testing::random_model(spec);
+  INFO(to_string(c.type));
+  CHECK(auto_kv_cache_type(*model) == c.expected);
+  EngineOptions options;
+  options.kv_cache_bytes = 40 * cpu_kv_block_bytes(model->config(), KvCacheType::F32);
+  CHECK(cpu_engine_config(*model, options).kv_cache_type == c.expected);
+  // Asked for, either type is taken whatever the model.
+  for (KvCacheType asked : {KvCacheType::F32, KvCacheType::F16}) {
+    options.kv_cache_type = asked;
+    CHECK(cpu_engine_config(*model, options).kv_cache_type == asked);
+  }
+}
+
 TEST_CASE("an F16 KV cache holds twice the blocks of an F32 one in the same budget") {
   auto model = small_model(2048);
   EngineOptions options;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,9 @@ struct ClusterOptions {
   /// the model's context; either way at most what the KV cache holds).
   std::size_t kv_cache_bytes = std::size_t{1} << 30;
   std::uint32_t max_context = 0;
-  /// Element type of a local CPU replica's KV cache (EngineOptions).
-  KvCacheType kv_cache_type = KvCacheType::F32;
+  /// Element type of a local CPU replica's KV cache, unset for the model's
+  /// (EngineOptions).
+  std::optional<KvCacheType> kv_cache_type;
   /// What one request may ask of a local replica (remote workers hold
   /// requests to their own limits).
   RequestLimits requests;

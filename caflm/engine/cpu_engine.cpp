@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <new>
 #include <omp.h>
@@ -48,6 +49,18 @@ std::uint64_t cpu_kv_block_bytes(const ModelConfig& m, KvCacheType type) {
   return checked_product(bytes, m.kv_dim(), "a KV block");
 }
 
+KvCacheType auto_kv_cache_type(const Model& model) {
+  const ModelWeights& w = model.weights();
+  const auto all_f32 = [](std::initializer_list<const WeightView*> views) {
+    return std::all_of(views.begin(), views.end(),
+                       [](const WeightView* v) { return v->type == TensorType::F32; });
+  };
+  bool f32 = all_f32({&w.output});
+  for (const LayerWeights& l : w.layers)
+    f32 = f32 && all_f32({&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down});
+  return f32 ? KvCacheType::F32 : KvCacheType::F16;
+}
+
 std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens) {
   return (tokens + kCpuKvBlockSize - 1) / kCpuKvBlockSize;
 }
@@ -61,7 +74,7 @@ EngineConfig cpu_engine_config(const Model& model, const EngineOptions& options)
   s.max_running = std::clamp<std::uint32_t>(options.max_running, 1, s.max_requests);
   s.block_size = kCpuKvBlockSize;
   s.token_budget = 512;
-  config.kv_cache_type = options.kv_cache_type;
+  config.kv_cache_type = options.kv_cache_type.value_or(auto_kv_cache_type(model));
   const std::uint64_t block_bytes = cpu_kv_block_bytes(m, config.kv_cache_type);
   const std::uint64_t blocks = options.kv_cache_bytes / block_bytes;
   if (blocks == 0)

@@ -22,6 +22,13 @@ inline constexpr std::uint32_t kCpuKvBlockSize = 16;
 /// overflows.
 std::uint64_t cpu_kv_block_bytes(const ModelConfig& config, KvCacheType type);
 
+/// The KV cache type an engine of `model` takes when none is asked for, as
+/// vLLM's `auto` (the model's own precision): F32 when every matrix of the
+/// model is F32, so that its log-probabilities match an F32 reference; F16,
+/// llama.cpp's default, for F16, BF16 and quantized models, whose weights
+/// already carry less precision than the cache would keep.
+KvCacheType auto_kv_cache_type(const Model& model);
+
 /// The KV blocks `tokens` of one sequence take (whole blocks).
 std::uint64_t cpu_kv_blocks_for(std::uint64_t tokens);
 

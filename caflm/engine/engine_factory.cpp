@@ -47,13 +47,13 @@ std::unique_ptr<InferenceEngine> make_engine(std::shared_ptr<const Model> model,
                                              std::shared_ptr<const Tokenizer> tokenizer,
                                              const EngineOptions& options) {
   if (resolve_device(options.device) == Device::Cuda) {
-    if (options.kv_cache_type != KvCacheType::F32) {
+    if (options.kv_cache_type.value_or(KvCacheType::F32) != KvCacheType::F32) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         log(LogLevel::Warning,
             "a CUDA engine keeps its KV cache in f32; the KV cache type {} "
             "applies to CPU engines only",
-            to_string(options.kv_cache_type));
+            to_string(*options.kv_cache_type));
     }
     return make_cuda_engine(std::move(model), std::move(tokenizer), options);
   }

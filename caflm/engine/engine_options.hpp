@@ -47,12 +47,12 @@ struct EngineOptions {
   /// the engine gets the blocks that fit, and its context is cut to what
   /// they hold.
   std::size_t kv_cache_bytes = std::size_t{1} << 30;
-  /// A CPU engine's KV cache element type. F32 (the default) keeps
-  /// log-probabilities within 1e-3 of llama.cpp's with an F32 cache; F16 (as
-  /// llama.cpp's default) holds twice the tokens in the same bytes and halves
-  /// attention's memory traffic, moving log-probabilities by up to about 1e-2.
-  /// CUDA engines keep theirs in F32.
-  KvCacheType kv_cache_type = KvCacheType::F32;
+  /// A CPU engine's KV cache element type; unset (auto) follows the model
+  /// (auto_kv_cache_type). F32 keeps log-probabilities within 1e-3 of
+  /// llama.cpp's with an F32 cache; F16 (llama.cpp's default) holds twice the
+  /// tokens in the same bytes and halves attention's memory traffic, moving
+  /// log-probabilities by up to about 1e-2. CUDA engines keep theirs in F32.
+  std::optional<KvCacheType> kv_cache_type;
   /// Longest sequence (prompt and reply) the engine accepts; 0 for the
   /// model's context. Either way at most what the KV cache holds.
   std::uint32_t max_context = 0;
