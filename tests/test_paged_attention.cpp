@@ -191,4 +191,31 @@ TEST_CASE("an F16 cache stores keys and values rounded to nearest even") {
   CHECK(f16_to_f32(keys_t[3]) == 1.0f);               // a tie rounds to even
   CHECK(f16_to_f32(row[1]) == 1.0f + 4.0f / 4096.0f); // and this one up
   CHECK(kv.bytes() == 2 * std::size_t{2} * 3 * 2 * 4 * 3 * 2);
+
+  SECTION("eight at a time and one at a time round alike") {
+    // 19 dimensions: two runs of eight, then three one by one; ties, halves
+    // below the normal range and values past the largest half among them.
+    constexpr std::uint32_t kHeadDim = 19, kBlockSize = 16;
+    KvStorage wide(KvCacheType::F16, 1, 2, kBlockSize, 3, kHeadDim);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+    std::vector<float> k(kHeadDim), v(kHeadDim);
+    for (std::uint32_t cell = 0; cell < kBlockSize; ++cell) {
+      for (std::uint32_t d = 0; d < kHeadDim; ++d) {
+        k[d] = uniform(rng);
+        v[d] = uniform(rng) * 1e-6f;
+      }
+      k[cell % kHeadDim] = 1.0f + 1.0f / 2048.0f;
+      v[(cell + 3) % kHeadDim] = 70000.0f;
+      store_kv_head(wide, 0, 1, 2, cell, k.data(), v.data());
+      const auto* stored_keys = reinterpret_cast<const std::uint16_t*>(wide.keys(0, 1, 2));
+      const auto* stored_row =
+          reinterpret_cast<const std::uint16_t*>(wide.values(0, 1, 2)) + cell * kHeadDim;
+      for (std::uint32_t d = 0; d < kHeadDim; ++d) {
+        INFO("cell " << cell << ", dimension " << d);
+        CHECK(stored_keys[d * kBlockSize + cell] == f32_to_f16(k[d]));
+        CHECK(stored_row[d] == f32_to_f16(v[d]));
+      }
+    }
+  }
 }
