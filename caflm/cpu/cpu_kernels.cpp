@@ -185,8 +185,8 @@ void rms_norm(const float* x, size_t m, size_t d, const float* __restrict__ weig
   }
 }
 
-void rope(float* __restrict__ x, size_t m, size_t n_heads, const int32_t* __restrict__ positions,
-          const RopeConfig& config) {
+void rope_angles(const int32_t* __restrict__ positions, size_t m, const RopeConfig& config,
+                 float* __restrict__ cos_sin) {
   const size_t d = config.head_dim;
   if (d % 2 != 0) {
     throw std::invalid_argument("rope: head_dim " + std::to_string(d) + " is odd");
@@ -194,39 +194,52 @@ void rope(float* __restrict__ x, size_t m, size_t n_heads, const int32_t* __rest
   const size_t half = d / 2;
   const float theta_scale = std::pow(config.freq_base, -2.0f / static_cast<float>(d));
   const auto rows = static_cast<ptrdiff_t>(m);
-#pragma omp parallel if (m * n_heads * d >= kParallelMinElements)
-  {
-    // cos and sin of each pair's angle for the current token, as ggml's rope cache.
-    thread_local std::vector<float> cos_sin;
-    cos_sin.resize(d);
-#pragma omp for schedule(static)
-    for (ptrdiff_t token = 0; token < rows; ++token) {
-      float theta = static_cast<float>(positions[token]);
+#pragma omp parallel for schedule(static) if (m * d >= kParallelMinElements / 8)
+  for (ptrdiff_t token = 0; token < rows; ++token) {
+    float* row = cos_sin + token * d;
+    float theta = static_cast<float>(positions[token]);
+    for (size_t i = 0; i < half; ++i) {
+      // ggml's rope_yarn without YaRN: divide by the pair's factor, scale by
+      // freq_scale, and multiply cos and sin by the attention factor.
+      const float extrapolated = config.freq_factors ? theta / config.freq_factors[i] : theta;
+      const float angle = config.freq_scale * extrapolated;
+      row[2 * i] = std::cos(angle) * config.attn_factor;
+      row[2 * i + 1] = std::sin(angle) * config.attn_factor;
+      theta *= theta_scale;
+    }
+  }
+}
+
+void rope_rotate(float* __restrict__ x, size_t m, size_t n_heads, const float* __restrict__ cos_sin,
+                 const RopeConfig& config) {
+  const size_t d = config.head_dim;
+  const size_t half = d / 2;
+  // Pair i is (2i, 2i+1) interleaved, (i, i + d/2) in NeoX mode.
+  const size_t first_stride = config.mode == RopeMode::Interleaved ? 2 : 1;
+  const size_t partner = config.mode == RopeMode::Interleaved ? 1 : half;
+  const auto rows = static_cast<ptrdiff_t>(m);
+#pragma omp parallel for schedule(static) if (m * n_heads * d >= kParallelMinElements)
+  for (ptrdiff_t token = 0; token < rows; ++token) {
+    const float* angles = cos_sin + token * d;
+    for (size_t head = 0; head < n_heads; ++head) {
+      float* v = x + (token * n_heads + head) * d;
       for (size_t i = 0; i < half; ++i) {
-        // ggml's rope_yarn without YaRN: divide by the pair's factor, scale
-        // by freq_scale, and multiply cos and sin by the attention factor.
-        const float extrapolated = config.freq_factors ? theta / config.freq_factors[i] : theta;
-        const float angle = config.freq_scale * extrapolated;
-        cos_sin[2 * i] = std::cos(angle) * config.attn_factor;
-        cos_sin[2 * i + 1] = std::sin(angle) * config.attn_factor;
-        theta *= theta_scale;
-      }
-      for (size_t head = 0; head < n_heads; ++head) {
-        float* v = x + (token * n_heads + head) * d;
-        // Pair i is (2i, 2i+1) interleaved, (i, i + d/2) in NeoX mode.
-        const size_t first_stride = config.mode == RopeMode::Interleaved ? 2 : 1;
-        const size_t partner = config.mode == RopeMode::Interleaved ? 1 : half;
-        for (size_t i = 0; i < half; ++i) {
-          const float c = cos_sin[2 * i];
-          const float s = cos_sin[2 * i + 1];
-          const float x0 = v[i * first_stride];
-          const float x1 = v[i * first_stride + partner];
-          v[i * first_stride] = x0 * c - x1 * s;
-          v[i * first_stride + partner] = x0 * s + x1 * c;
-        }
+        const float c = angles[2 * i];
+        const float s = angles[2 * i + 1];
+        const float x0 = v[i * first_stride];
+        const float x1 = v[i * first_stride + partner];
+        v[i * first_stride] = x0 * c - x1 * s;
+        v[i * first_stride + partner] = x0 * s + x1 * c;
       }
     }
   }
+}
+
+void rope(float* __restrict__ x, size_t m, size_t n_heads, const int32_t* __restrict__ positions,
+          const RopeConfig& config) {
+  std::vector<float> cos_sin(m * config.head_dim);
+  rope_angles(positions, m, config, cos_sin.data());
+  rope_rotate(x, m, n_heads, cos_sin.data(), config);
 }
 
 void silu_mul(const float* gate, const float* up, size_t m, size_t f, float* out) {

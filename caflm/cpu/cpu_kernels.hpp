@@ -44,8 +44,21 @@ struct RopeConfig {
 /// angles exactly as ggml does (theta_i = pos * base^(-2i/d) by repeated float
 /// multiplication, divided by the pair's factor, times freq_scale, then
 /// cosf/sinf times attn_factor). Call it once for q and once for k.
+/// rope_angles then rope_rotate, which a model runner calls apart to compute
+/// the angles once per step for q, k and every layer.
 void rope(float* __restrict__ x /* [m, n_heads, head_dim] */, size_t m, size_t n_heads,
           const int32_t* __restrict__ positions /* [m] */, const RopeConfig& config);
+
+/// The cosine and sine (times attn_factor) of every pair's angle at each of
+/// the `m` positions, as rope computes them: cos_sin[t, 2i] and
+/// cos_sin[t, 2i + 1] for pair i of token t.
+void rope_angles(const int32_t* __restrict__ positions /* [m] */, size_t m,
+                 const RopeConfig& config, float* __restrict__ cos_sin /* [m, head_dim] */);
+
+/// Rotates every head of `x` in place by the angles rope_angles gave for its
+/// token (config.mode picks the pairs).
+void rope_rotate(float* __restrict__ x /* [m, n_heads, head_dim] */, size_t m, size_t n_heads,
+                 const float* __restrict__ cos_sin /* [m, head_dim] */, const RopeConfig& config);
 
 /// SwiGLU: out = silu(gate) * up, elementwise. `out` may equal `gate` or `up`.
 void silu_mul(const float* gate /* [m, f] */, const float* up /* [m, f] */, size_t m, size_t f,

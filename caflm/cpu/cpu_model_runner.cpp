@@ -15,6 +15,10 @@ const float* bias_or_null(const std::vector<float>& bias) {
   return bias.empty() ? nullptr : bias.data();
 }
 
+/// K and V values a step stores below which one thread stores them all: a
+/// decode step of a few sequences is less work than waking the others.
+constexpr std::size_t kParallelStoreMinValues = std::size_t{1} << 14;
+
 } // namespace
 
 CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits limits)
@@ -37,6 +41,7 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , up_(gate_.size())
   , last_(std::size_t{limits.max_items} * config_.dim)
   , positions_(limits.max_tokens)
+  , rope_angles_(std::size_t{limits.max_tokens} * config_.head_dim)
   , token_item_(limits.max_tokens)
   , threads_(omp_get_max_threads())
   , scores_(std::size_t(threads_) * limits.max_context * config_.query_group()) {}
@@ -88,6 +93,8 @@ CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, fl
     }
   }
 
+  // The same angles rotate q and k of every layer.
+  rope_angles(positions_.data(), n_tokens, rope_, rope_angles_.data());
   embedding_lookup(weights_.token_embedding, batch.tokens, n_tokens, x_.data());
   for (std::uint32_t layer = 0; layer < config_.n_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
@@ -104,9 +111,9 @@ CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, fl
       rms_norm(k_.data(), std::size_t{n_tokens} * config_.n_kv_heads, config_.head_dim,
                w.k_norm.data(), eps, k_.data());
     }
-    rope(q_.data(), n_tokens, config_.n_heads, positions_.data(), rope_);
-    rope(k_.data(), n_tokens, config_.n_kv_heads, positions_.data(), rope_);
-    store_kv(layer, batch);
+    rope_rotate(q_.data(), n_tokens, config_.n_heads, rope_angles_.data(), rope_);
+    rope_rotate(k_.data(), n_tokens, config_.n_kv_heads, rope_angles_.data(), rope_);
+    store_kv(layer, batch, n_tokens);
     attention_layer(layer, batch, n_tokens);
     linear(w.wo, attn_.data(), n_tokens, h_.data(), bias_or_null(w.bo));
     for (std::size_t e = 0; e < std::size_t{n_tokens} * dim; ++e)
@@ -137,16 +144,23 @@ CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, fl
   return RaggedBatchReceipt{batch.item_count, 1, n_tokens};
 }
 
-void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch) {
+void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch,
+                              std::uint32_t n_tokens) {
   const std::uint32_t head_dim = config_.head_dim;
   const std::uint32_t block_size = limits_.block_size;
-  for (std::uint32_t i = 0; i < batch.item_count; ++i) {
-    const RaggedBatchItem& item = batch.items[i];
-    const BlockId* pages = batch.block_tables + item.block_table_offset;
-    for (std::uint32_t t = 0; t < item.query_length; ++t) {
-      const std::uint32_t row = item.token_offset + t;
-      const std::uint32_t pos = item.position + t;
-      for (std::uint32_t head = 0; head < config_.n_kv_heads; ++head) {
+  const auto heads = static_cast<std::int64_t>(config_.n_kv_heads);
+  // Split by KV head: each head's cells of a block are its own bytes, so no
+  // two threads write the same cache line.
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(threads_) if (std::size_t{n_tokens} * config_.kv_dim() >= kParallelStoreMinValues)
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const auto head = static_cast<std::uint32_t>(h);
+    for (std::uint32_t i = 0; i < batch.item_count; ++i) {
+      const RaggedBatchItem& item = batch.items[i];
+      const BlockId* pages = batch.block_tables + item.block_table_offset;
+      for (std::uint32_t t = 0; t < item.query_length; ++t) {
+        const std::uint32_t row = item.token_offset + t;
+        const std::uint32_t pos = item.position + t;
         const std::size_t src = std::size_t{row} * config_.kv_dim() + std::size_t{head} * head_dim;
         store_kv_head(kv_, layer, pages[pos / block_size], head, pos % block_size, &k_[src],
                       &v_[src]);

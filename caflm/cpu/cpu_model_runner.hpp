@@ -49,7 +49,7 @@ class CpuModelRunner : public RaggedBackend {
  private:
   bool valid(const RaggedBatch& batch) const;
   void attention_layer(std::uint32_t layer, const RaggedBatch& batch, std::uint32_t n_tokens);
-  void store_kv(std::uint32_t layer, const RaggedBatch& batch);
+  void store_kv(std::uint32_t layer, const RaggedBatch& batch, std::uint32_t n_tokens);
 
   std::shared_ptr<const Model> model_;
   const ModelConfig& config_;
@@ -68,6 +68,7 @@ class CpuModelRunner : public RaggedBackend {
   std::vector<float> up_;                 // [max_tokens, ffn_dim]
   std::vector<float> last_;               // [max_items, dim] last token of each item
   std::vector<std::int32_t> positions_;   // [max_tokens]
+  std::vector<float> rope_angles_;        // [max_tokens, head_dim] cos and sin of each pair
   std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
   int threads_;                           // OpenMP threads of the attention loop
   std::vector<float> scores_; // [threads, group, max_context] group: query heads per KV head
