@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
-#include <vector>
 
 #include "caflm/kv/block_pool.hpp"
+#include "caflm/kv/huge_page_buffer.hpp"
 
 namespace caflm {
 
@@ -70,9 +70,9 @@ class KvStorage {
   std::uint32_t block_size_;
   std::uint32_t n_kv_heads_;
   std::uint32_t head_dim_;
-  std::size_t head_stride_;          // bytes of one head's block: block_size * head_dim elements
-  std::vector<std::uint8_t> keys_;   // [n_layers, n_blocks, n_kv_heads, head_dim, block_size]
-  std::vector<std::uint8_t> values_; // [n_layers, n_blocks, n_kv_heads, block_size, head_dim]
+  std::size_t head_stride_; // bytes of one head's block: block_size * head_dim elements
+  HugePageBuffer keys_;     // [n_layers, n_blocks, n_kv_heads, head_dim, block_size]
+  HugePageBuffer values_;   // [n_layers, n_blocks, n_kv_heads, block_size, head_dim]
 };
 
 } // namespace caflm
