@@ -29,7 +29,10 @@ std::size_t kv_element_bytes(KvCacheType type);
 /// paged in blocks of `block_size` positions. Within a block each KV head's
 /// keys are stored transposed, one row per dimension, so attention scores a
 /// run of positions with one vector per dimension; each head's values are one
-/// row per position, so the weighted sum adds whole rows.
+/// row per position, so the weighted sum adds whole rows. Blocks are laid out
+/// head-major (each layer's KV head keeps all its blocks side by side):
+/// attention walks one head of one sequence at a time, and the blocks a
+/// sequence was given together, neighbouring ids, are then one stream.
 class KvStorage {
  public:
   KvStorage(KvCacheType type, std::uint32_t n_layers, std::uint32_t n_blocks,
@@ -61,7 +64,7 @@ class KvStorage {
 
  private:
   std::size_t offset(std::uint32_t layer, BlockId block, std::uint32_t head) const {
-    return ((std::size_t{layer} * n_blocks_ + block) * n_kv_heads_ + head) * head_stride_;
+    return ((std::size_t{layer} * n_kv_heads_ + head) * n_blocks_ + block) * head_stride_;
   }
 
   KvCacheType type_;
@@ -71,8 +74,8 @@ class KvStorage {
   std::uint32_t n_kv_heads_;
   std::uint32_t head_dim_;
   std::size_t head_stride_; // bytes of one head's block: block_size * head_dim elements
-  HugePageBuffer keys_;     // [n_layers, n_blocks, n_kv_heads, head_dim, block_size]
-  HugePageBuffer values_;   // [n_layers, n_blocks, n_kv_heads, block_size, head_dim]
+  HugePageBuffer keys_;     // [n_layers, n_kv_heads, n_blocks, head_dim, block_size]
+  HugePageBuffer values_;   // [n_layers, n_kv_heads, n_blocks, block_size, head_dim]
 };
 
 } // namespace caflm
