@@ -9,7 +9,7 @@
 #
 # Usage: scripts/compare-llama-cpp.sh [--caflm BIN] [--out DIR] [--rounds N]
 #          [--types "f32 f16 q8_0 q4_k_m"] [--threads T] [--concurrency 1,2,4,...]
-#          [--kv-cache-type f32|f16]   (caflm's; llama.cpp keeps its default, f16)
+#          [--kv-cache-type auto|f32|f16]   (caflm's, default auto; llama.cpp keeps its default, f16)
 # Needs: tools/llama_cpp installed (npm install there), python3-matplotlib
 # for the plot. Timings on a shared machine vary: only ratios in one run
 # mean anything.
@@ -21,7 +21,7 @@ rounds=3
 types="f32 f16 q8_0 q4_k_m"
 threads=2
 concurrency="1,2,4,8,16,32,64"
-kv_cache_type=f32
+kv_cache_type=auto
 vocab="$root/../shared/testdata/vocab/ggml-vocab-llama-spm.gguf"
 while (($#)); do
   case $1 in
