@@ -40,11 +40,9 @@ Sequence random_sequence(std::uint32_t n_heads, std::uint32_t n_kv_heads, std::u
 
 /// A cache of `n_blocks` blocks holding `s` in the blocks of `pages`, every
 /// other cell of the cache filled with noise (stale entries of other
-/// sequences); returns the attention output of all heads, computed with the
-/// kernels of `isa`. // [n_heads, head_dim]
-std::vector<float> attend(const Sequence& s, KvCacheType type, std::uint32_t block_size,
-                          const std::vector<BlockId>& pages, std::uint32_t n_blocks,
-                          std::uint32_t heads_per_call, MatmulIsa isa = default_matmul_isa()) {
+/// sequences).
+KvStorage filled_cache(const Sequence& s, KvCacheType type, std::uint32_t block_size,
+                       const std::vector<BlockId>& pages, std::uint32_t n_blocks) {
   KvStorage kv(type, 1, n_blocks, block_size, s.n_kv_heads, s.head_dim);
   std::mt19937 rng(99);
   std::uniform_real_distribution<float> noise(-50.0f, 50.0f);
@@ -62,6 +60,15 @@ std::vector<float> attend(const Sequence& s, KvCacheType type, std::uint32_t blo
       store_kv_head(kv, 0, pages[pos / block_size], h, pos % block_size, &s.keys[at],
                     &s.values[at]);
     }
+  return kv;
+}
+
+/// The attention output of all heads of `s` over filled_cache(s, ...),
+/// computed with the kernels of `isa`. // [n_heads, head_dim]
+std::vector<float> attend(const Sequence& s, KvCacheType type, std::uint32_t block_size,
+                          const std::vector<BlockId>& pages, std::uint32_t n_blocks,
+                          std::uint32_t heads_per_call, MatmulIsa isa = default_matmul_isa()) {
+  const KvStorage kv = filled_cache(s, type, block_size, pages, n_blocks);
   const std::uint32_t group = s.n_heads / s.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   std::vector<float> out(s.queries.size()), scores(std::size_t{heads_per_call} * s.context);
@@ -173,6 +180,63 @@ TEST_CASE("paged attention matches a double-precision pass, bitwise the same for
       const std::vector<float> other =
           attend(s, type, 16, pages_for(context, 16, n_blocks), n_blocks, heads_per_call, isa);
       CHECK(std::memcmp(other.data(), base.data(), base.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("a run of a prefill's tokens gives each token the bits of its own attention") {
+  auto [n_heads, n_kv_heads, head_dim] =
+      GENERATE(table<std::uint32_t, std::uint32_t, std::uint32_t>({
+          {4, 4, 64},  // one query head per KV head
+          {8, 2, 64},  // runs of 4 query rows
+          {14, 2, 80}, // 7 per KV head: rows in runs of 4, 2 and 1, tokens straddling them
+          {3, 3, 13},  // scalar tails
+      }));
+  const KvCacheType type = GENERATE(KvCacheType::F32, KvCacheType::F16);
+  const std::uint32_t block_size = GENERATE(16u, 32u, 8u);
+  // The run's first token at the start of the cache, inside a block and
+  // just before a block's end, so that runs cross into the next block.
+  const std::uint32_t first_context = GENERATE(1u, 20u, 31u);
+  constexpr std::uint32_t kTokens = 5;
+  const std::uint32_t context = first_context + kTokens - 1;
+  INFO(n_heads << " heads over " << n_kv_heads << " of " << head_dim << ", blocks of " << block_size
+               << ", first context " << first_context << ", cache " << to_string(type));
+  const Sequence s = random_sequence(n_heads, n_kv_heads, head_dim, context, head_dim + context);
+  // Each token its own queries: [kTokens, n_heads, head_dim].
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  std::vector<float> queries(std::size_t{kTokens} * n_heads * head_dim);
+  for (float& x : queries)
+    x = uniform(rng);
+  const std::uint32_t n_blocks = 2 * context + 4;
+  const std::vector<BlockId> pages = pages_for(context, block_size, n_blocks);
+  const KvStorage kv = filled_cache(s, type, block_size, pages, n_blocks);
+  const std::uint32_t group = n_heads / n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::size_t token_stride = std::size_t{n_heads} * head_dim;
+
+  for (MatmulIsa isa : {MatmulIsa::Avx2, MatmulIsa::Avx512}) {
+    if (!matmul_isa_supported(isa))
+      continue;
+    INFO(to_string(isa) << " kernels");
+    for (std::uint32_t h = 0; h < n_kv_heads; ++h) {
+      const PagedKvHead head{&kv, 0, h, pages.data()};
+      const std::size_t first = std::size_t{h} * group * head_dim;
+      std::vector<float> alone(queries.size()), run(queries.size());
+      std::vector<float> scores(std::size_t{kTokens} * group * context);
+      for (std::uint32_t t = 0; t < kTokens; ++t)
+        paged_attention(head, first_context + t, &queries[t * token_stride + first], group, scale,
+                        scores.data(), &alone[t * token_stride + first], isa);
+      // Runs of every length up to all five tokens, from the first one.
+      for (std::uint32_t tokens = 1; tokens <= kTokens; ++tokens) {
+        INFO("KV head " << h << ", a run of " << tokens);
+        std::fill(run.begin(), run.end(), -1.0f);
+        paged_attention_tokens(head, first_context, tokens, &queries[first], token_stride, group,
+                               scale, scores.data(), &run[first], isa);
+        for (std::uint32_t t = 0; t < tokens; ++t)
+          CHECK(std::memcmp(&run[t * token_stride + first], &alone[t * token_stride + first],
+                            std::size_t{group} * head_dim * sizeof(float)) == 0);
+      }
     }
   }
 }

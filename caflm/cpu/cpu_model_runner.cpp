@@ -43,8 +43,11 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , positions_(limits.max_tokens)
   , rope_angles_(std::size_t{limits.max_tokens} * config_.head_dim)
   , token_item_(limits.max_tokens)
+  , attention_runs_(limits.max_tokens)
   , threads_(omp_get_max_threads())
-  , scores_(std::size_t(threads_) * limits.max_context * config_.query_group()) {}
+  , scores_per_thread_(std::size_t{kAttentionRunTokens} * config_.query_group() *
+                       (limits.max_context + kAttentionRunTokens))
+  , scores_(std::size_t(threads_) * scores_per_thread_) {}
 
 bool CpuModelRunner::valid(const RaggedBatch& batch) const {
   if (batch.item_count > limits_.max_items || batch.token_count > limits_.max_tokens)
@@ -114,7 +117,7 @@ CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, fl
     rope_rotate(q_.data(), n_tokens, config_.n_heads, rope_angles_.data(), rope_);
     rope_rotate(k_.data(), n_tokens, config_.n_kv_heads, rope_angles_.data(), rope_);
     store_kv(layer, batch, n_tokens);
-    attention_layer(layer, batch, n_tokens);
+    attention_layer(layer, batch);
     linear(w.wo, attn_.data(), n_tokens, h_.data(), bias_or_null(w.bo));
     for (std::size_t e = 0; e < std::size_t{n_tokens} * dim; ++e)
       x_[e] += h_[e];
@@ -169,30 +172,39 @@ void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch,
   }
 }
 
-void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& batch,
-                                     std::uint32_t n_tokens) {
+void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& batch) {
   const std::uint32_t head_dim = config_.head_dim;
   const std::uint32_t group = config_.query_group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const std::int64_t work = std::int64_t{n_tokens} * config_.n_kv_heads;
+  // Runs of up to kAttentionRunTokens consecutive tokens of one item: a
+  // prefill's tokens read each block of their cache once per run.
+  std::uint32_t n_runs = 0;
+  for (std::uint32_t i = 0; i < batch.item_count; ++i) {
+    const RaggedBatchItem& item = batch.items[i];
+    for (std::uint32_t t = 0; t < item.query_length; t += kAttentionRunTokens)
+      attention_runs_[n_runs++] =
+          AttentionRun{item.token_offset + t, std::min(kAttentionRunTokens, item.query_length - t)};
+  }
+  const std::int64_t work = std::int64_t{n_runs} * config_.n_kv_heads;
+  const MatmulIsa isa = default_matmul_isa();
 
-  // Each (token, KV head) pair reads only its own sequence's cache, in
-  // position order, so its result never depends on how the work is split.
-  // Pairs are handed out dynamically: a prefill's later tokens attend to
-  // longer contexts than its first ones.
+  // Each (run, KV head) pair reads only its own sequence's cache, in
+  // position order, and every token's result has the bits of its own
+  // attention, so nothing depends on how the work is split. Pairs are handed
+  // out dynamically: a prefill's later tokens attend to longer contexts than
+  // its first ones.
 #pragma omp parallel for schedule(dynamic) num_threads(threads_)
   for (std::int64_t pair = 0; pair < work; ++pair) {
-    const auto row = static_cast<std::uint32_t>(pair / config_.n_kv_heads);
+    const AttentionRun& run = attention_runs_[static_cast<std::size_t>(pair / config_.n_kv_heads)];
     const auto kv_head = static_cast<std::uint32_t>(pair % config_.n_kv_heads);
-    const RaggedBatchItem& item = batch.items[token_item_[row]];
+    const RaggedBatchItem& item = batch.items[token_item_[run.first_row]];
     const PagedKvHead cache{&kv_, layer, kv_head, batch.block_tables + item.block_table_offset};
-    const std::uint32_t context = static_cast<std::uint32_t>(positions_[row]) + 1; // causal
+    const auto context = static_cast<std::uint32_t>(positions_[run.first_row]) + 1; // causal
     const std::size_t first_head =
-        std::size_t{row} * config_.q_dim() + std::size_t{kv_head} * group * head_dim;
-    float* scores =
-        scores_.data() + std::size_t(omp_get_thread_num()) * limits_.max_context * group;
-    paged_attention(cache, context, q_.data() + first_head, group, scale, scores,
-                    attn_.data() + first_head);
+        std::size_t{run.first_row} * config_.q_dim() + std::size_t{kv_head} * group * head_dim;
+    float* scores = scores_.data() + std::size_t(omp_get_thread_num()) * scores_per_thread_;
+    paged_attention_tokens(cache, context, run.tokens, q_.data() + first_head, config_.q_dim(),
+                           group, scale, scores, attn_.data() + first_head, isa);
   }
 }
 

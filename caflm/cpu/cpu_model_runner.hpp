@@ -39,6 +39,10 @@ class CpuModelRunner : public RaggedBackend {
  public:
   CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits limits);
 
+  /// Consecutive tokens of one sequence whose attention one call computes
+  /// (paged_attention_tokens); the score scratch holds that many.
+  static constexpr std::uint32_t kAttentionRunTokens = 4;
+
   std::uint32_t vocab_size() const override { return config_.vocab_size; }
   const RunnerLimits& limits() const { return limits_; }
   KvStorage& kv() { return kv_; }
@@ -48,7 +52,7 @@ class CpuModelRunner : public RaggedBackend {
 
  private:
   bool valid(const RaggedBatch& batch) const;
-  void attention_layer(std::uint32_t layer, const RaggedBatch& batch, std::uint32_t n_tokens);
+  void attention_layer(std::uint32_t layer, const RaggedBatch& batch);
   void store_kv(std::uint32_t layer, const RaggedBatch& batch, std::uint32_t n_tokens);
 
   std::shared_ptr<const Model> model_;
@@ -70,8 +74,15 @@ class CpuModelRunner : public RaggedBackend {
   std::vector<std::int32_t> positions_;   // [max_tokens]
   std::vector<float> rope_angles_;        // [max_tokens, head_dim] cos and sin of each pair
   std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
-  int threads_;                           // OpenMP threads of the attention loop
-  std::vector<float> scores_; // [threads, group, max_context] group: query heads per KV head
+  /// Consecutive tokens of one item whose attention runs in one call.
+  struct AttentionRun {
+    std::uint32_t first_row;
+    std::uint32_t tokens;
+  };
+  std::vector<AttentionRun> attention_runs_; // [max_tokens] this step's
+  int threads_;                              // OpenMP threads of the attention loop
+  std::size_t scores_per_thread_;            // kAttentionRunTokens * group * (max_context + run)
+  std::vector<float> scores_;                // [threads, scores_per_thread_]
 };
 
 } // namespace caflm

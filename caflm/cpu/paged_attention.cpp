@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "caflm/cpu/cpu_kernels.hpp"
 #include "caflm/cpu/cpu_matmul.hpp"
@@ -169,7 +170,7 @@ void attend(const PagedKvHead& h, std::uint32_t context, const float* __restrict
   for (std::uint32_t g = 0; g < group; ++g)
     softmax_f32(scores + std::size_t{g} * context, context);
   if (avx512) {
-    detail::weighted_values_avx512(h, context, scores, group, out);
+    detail::weighted_values_avx512(h, context, group, scores, group, out);
   } else {
     weighted_values<E>(h, context, scores, group, out);
   }
@@ -201,6 +202,40 @@ void paged_attention(const PagedKvHead& head, std::uint32_t context,
     attend<F16Elements>(head, context, queries, group, scale, scores, out, avx512);
   else
     attend<F32Elements>(head, context, queries, group, scale, scores, out, avx512);
+}
+
+void paged_attention_tokens(const PagedKvHead& head, std::uint32_t first_context,
+                            std::uint32_t tokens, const float* __restrict__ queries,
+                            std::size_t token_stride, std::uint32_t group, float scale,
+                            float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa) {
+  if (!matmul_isa_supported(isa))
+    throw std::invalid_argument(std::string("paged_attention: this CPU cannot run the ") +
+                                to_string(isa) + " kernels");
+  if (tokens == 0)
+    return;
+  if (tokens == 1 || isa == MatmulIsa::Avx2 || head.kv->block_size() % 16 != 0) {
+    for (std::uint32_t t = 0; t < tokens; ++t)
+      paged_attention(head, first_context + t, queries + t * token_stride, group, scale, scores,
+                      out + t * token_stride, isa);
+    return;
+  }
+  // The tokens' query rows side by side, [tokens * group, head_dim], so that
+  // the kernels see one run of rows; their outputs likewise.
+  const std::size_t head_dim = head.kv->head_dim();
+  const std::uint32_t rows = tokens * group;
+  const std::size_t row_floats = std::size_t{group} * head_dim;
+  thread_local std::vector<float> gathered, results;
+  gathered.resize(rows * head_dim);
+  results.resize(rows * head_dim);
+  for (std::uint32_t t = 0; t < tokens; ++t)
+    std::copy_n(queries + t * token_stride, row_floats, gathered.data() + t * row_floats);
+  const std::uint32_t last_context = first_context + tokens - 1;
+  detail::score_positions_avx512(head, last_context, gathered.data(), rows, scale, scores);
+  for (std::uint32_t r = 0; r < rows; ++r)
+    softmax_f32(scores + std::size_t{r} * last_context, first_context + r / group);
+  detail::weighted_values_avx512(head, first_context, group, scores, rows, results.data());
+  for (std::uint32_t t = 0; t < tokens; ++t)
+    std::copy_n(results.data() + t * row_floats, row_floats, out + t * token_stride);
 }
 
 void store_kv_head(KvStorage& kv, std::uint32_t layer, BlockId block, std::uint32_t kv_head,

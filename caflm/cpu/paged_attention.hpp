@@ -50,6 +50,17 @@ void paged_attention(const PagedKvHead& head, std::uint32_t context,
                      const float* __restrict__ queries, std::uint32_t group, float scale,
                      float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa);
 
+/// paged_attention of `tokens` consecutive tokens of one sequence, token t
+/// attending to first_context + t positions (a prefill's causal rows): each
+/// token's result has the bits of its own paged_attention call, while the
+/// AVX-512 kernels read each block once for all of them.
+/// - queries, out: token t's [group, head_dim] at t * token_stride
+/// - scores: scratch of [tokens * group, first_context + tokens - 1]
+void paged_attention_tokens(const PagedKvHead& head, std::uint32_t first_context,
+                            std::uint32_t tokens, const float* __restrict__ queries,
+                            std::size_t token_stride, std::uint32_t group, float scale,
+                            float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa);
+
 /// Writes one token's key and value of one KV head into `cell` of `block`,
 /// converted to the cache's type (F16: round to nearest even, as ggml does).
 /// - key, value: [head_dim]

@@ -80,21 +80,22 @@ void score_chunk(const typename E::T* __restrict__ keys_t, std::size_t block_siz
   }
 }
 
-/// out[g][d0, d0 + 16 * kVectors) += the weighted value rows of one block's
-/// `valid` cells for `kGroup` query heads, one fma per cell in cell order;
-/// each row is converted once for all of them.
+/// out[g][d0, d0 + 16 * kVectors) += the weighted value rows of cells
+/// [first_cell, end_cell) of one block for `kGroup` query rows, one fma per
+/// cell in cell order; each value row is converted once for all of them.
 /// - probs: kGroup rows `prob_stride` apart; out: [kGroup, head_dim]
 template <typename E, int kGroup, int kVectors>
 void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_dim,
-                       std::size_t valid, const float* __restrict__ probs, std::size_t prob_stride,
-                       std::size_t d0, float* __restrict__ out) {
+                       std::size_t first_cell, std::size_t end_cell,
+                       const float* __restrict__ probs, std::size_t prob_stride, std::size_t d0,
+                       float* __restrict__ out) {
   __m512 acc[kGroup][kVectors];
 #pragma GCC unroll 4
   for (int g = 0; g < kGroup; ++g)
 #pragma GCC unroll 4
     for (int v = 0; v < kVectors; ++v)
       acc[g][v] = _mm512_loadu_ps(out + g * head_dim + d0 + 16 * v);
-  for (std::size_t cell = 0; cell < valid; ++cell) {
+  for (std::size_t cell = first_cell; cell < end_cell; ++cell) {
     const typename E::T* row = rows + cell * head_dim + d0;
     __m512 value[kVectors];
 #pragma GCC unroll 4
@@ -152,34 +153,60 @@ void score_positions(const PagedKvHead& h, std::uint32_t context, const float* _
   }
 }
 
+/// Adds cells [first_cell, end_cell) of one block's value `rows` to
+/// `kGroup` query rows' outputs, every dimension.
+/// - p: kGroup rows `prob_stride` apart, at the block's first position; out: [kGroup, head_dim]
+template <typename E, int kGroup>
+void add_cells(const typename E::T* __restrict__ rows, std::size_t head_dim, std::size_t first_cell,
+               std::size_t end_cell, const float* __restrict__ p, std::size_t prob_stride,
+               float* __restrict__ out) {
+  std::size_t d = 0;
+  for (; d + 64 <= head_dim; d += 64)
+    add_weighted_rows<E, kGroup, 4>(rows, head_dim, first_cell, end_cell, p, prob_stride, d, out);
+  for (; d + 16 <= head_dim; d += 16)
+    add_weighted_rows<E, kGroup, 1>(rows, head_dim, first_cell, end_cell, p, prob_stride, d, out);
+  for (int i = 0; i < kGroup; ++i)
+    for (std::size_t e = d; e < head_dim; ++e)
+      for (std::size_t cell = first_cell; cell < end_cell; ++cell)
+        out[i * head_dim + e] = std::fma(
+            p[i * prob_stride + cell], E::load1(rows + cell * head_dim + e), out[i * head_dim + e]);
+}
+
 template <typename E>
-void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
-                     std::uint32_t group, float* __restrict__ out) {
+void weighted_values(const PagedKvHead& h, std::uint32_t first_context,
+                     std::uint32_t rows_per_context, const float* __restrict__ probs,
+                     std::uint32_t n_rows, float* __restrict__ out) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
   const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
-  std::fill_n(out, std::size_t{group} * head_dim, 0.0f);
+  // Row r attends to first_context + r / rows_per_context positions; the
+  // last row's context is the longest, and the stride of `probs`.
+  const std::size_t context = first_context + (n_rows - 1) / rows_per_context;
+  std::fill_n(out, std::size_t{n_rows} * head_dim, 0.0f);
   const std::size_t pages = (context + block_size - 1) / block_size;
   const auto block_at = [&h](std::size_t page) { return values_of<E>(h, h.pages[page]); };
   for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
     const typename E::T* rows = values_of<E>(h, h.pages[page]);
-    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+    const auto valid = [&](std::uint32_t row) -> std::size_t {
+      const std::size_t own = first_context + row / rows_per_context;
+      return own > start ? std::min(block_size, own - start) : 0;
+    };
     prefetch_ahead(block_at, page, pages, block_bytes);
-    for_group_runs(group, [&](std::uint32_t g, auto run) {
+    for_group_runs(n_rows, [&](std::uint32_t g, auto run) {
       constexpr int kGroup = decltype(run)::value;
       const float* p = probs + std::size_t{g} * context + start;
-      float* head_out = out + std::size_t{g} * head_dim;
-      std::size_t d = 0;
-      for (; d + 64 <= head_dim; d += 64)
-        add_weighted_rows<E, kGroup, 4>(rows, head_dim, valid, p, context, d, head_out);
-      for (; d + 16 <= head_dim; d += 16)
-        add_weighted_rows<E, kGroup, 1>(rows, head_dim, valid, p, context, d, head_out);
-      for (int i = 0; i < kGroup; ++i)
-        for (std::size_t e = d; e < head_dim; ++e)
-          for (std::size_t cell = 0; cell < valid; ++cell)
-            head_out[i * head_dim + e] =
-                std::fma(p[i * context + cell], E::load1(rows + cell * head_dim + e),
-                         head_out[i * head_dim + e]);
+      float* run_out = out + std::size_t{g} * head_dim;
+      // Contexts grow with the row: the run's first row has the fewest
+      // cells, which all its rows take together; each row then takes the
+      // rest of its own, still in cell order.
+      const std::size_t shared = valid(g);
+      add_cells<E, kGroup>(rows, head_dim, 0, shared, p, context, run_out);
+      for (int i = 0; i < kGroup; ++i) {
+        const std::size_t own = valid(g + i);
+        if (own > shared)
+          add_cells<E, 1>(rows, head_dim, shared, own, p + i * context, context,
+                          run_out + i * head_dim);
+      }
     });
   }
 }
@@ -195,13 +222,13 @@ void detail::score_positions_avx512(const PagedKvHead& head, std::uint32_t conte
     score_positions<F32Elements>(head, context, queries, group, scale, scores);
 }
 
-void detail::weighted_values_avx512(const PagedKvHead& head, std::uint32_t context,
-                                    const float* __restrict__ probs, std::uint32_t group,
-                                    float* __restrict__ out) {
+void detail::weighted_values_avx512(const PagedKvHead& head, std::uint32_t first_context,
+                                    std::uint32_t rows_per_context, const float* __restrict__ probs,
+                                    std::uint32_t rows, float* __restrict__ out) {
   if (head.kv->type() == KvCacheType::F16)
-    weighted_values<F16Elements>(head, context, probs, group, out);
+    weighted_values<F16Elements>(head, first_context, rows_per_context, probs, rows, out);
   else
-    weighted_values<F32Elements>(head, context, probs, group, out);
+    weighted_values<F32Elements>(head, first_context, rows_per_context, probs, rows, out);
 }
 
 } // namespace caflm

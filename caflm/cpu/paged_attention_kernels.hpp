@@ -22,10 +22,14 @@ namespace caflm::detail {
 void score_positions_avx512(const PagedKvHead& head, std::uint32_t context,
                             const float* __restrict__ queries, std::uint32_t group, float scale,
                             float* __restrict__ scores);
-/// - probs: [group, context]; out: [group, head_dim]
-void weighted_values_avx512(const PagedKvHead& head, std::uint32_t context,
-                            const float* __restrict__ probs, std::uint32_t group,
-                            float* __restrict__ out);
+/// For query rows of consecutive tokens (a prefill's), row r attends to
+/// first_context + r / rows_per_context positions; scores are computed up to
+/// the last row's context for all rows, and each row's weighted sum takes
+/// only its own positions.
+/// - probs: [rows, last row's context]; out: [rows, head_dim]
+void weighted_values_avx512(const PagedKvHead& head, std::uint32_t first_context,
+                            std::uint32_t rows_per_context, const float* __restrict__ probs,
+                            std::uint32_t rows, float* __restrict__ out);
 
 } // namespace caflm::detail
 

@@ -113,8 +113,9 @@ std::size_t cpu_engine_bytes(const Model& model, const EngineConfig& config) {
       std::uint64_t{s.token_budget} *
       (2ull * m.dim + 2ull * m.q_dim() + 2ull * m.kv_dim() + 2ull * m.ffn_dim) * f;
   const std::uint64_t logits = std::uint64_t{s.max_requests} * m.vocab_size * f;
+  constexpr std::uint64_t run = CpuModelRunner::kAttentionRunTokens;
   const std::uint64_t scores =
-      std::uint64_t(omp_get_max_threads()) * s.max_context * m.query_group() * f;
+      std::uint64_t(omp_get_max_threads()) * run * (s.max_context + run) * m.query_group() * f;
   return kv + table + activations + logits + scores;
 }
 
