@@ -252,6 +252,67 @@ TEST_CASE("quantized linear gives the same bits with AMX tiles as with AVX-512 a
   }
 }
 
+TEST_CASE("linear_shared_input gives every weight the bits of its own linear()",
+          "[cpu_matmul][batch_invariance]") {
+  // Q4_K_M-like mixes (Q4_K with Q6_K: one Q8_K quantization for both),
+  // legacy formats with and without a min, a float weight among them, and
+  // the same format twice with something else between.
+  const std::vector<std::vector<TensorType>> groups = {
+      {TensorType::Q4_K, TensorType::Q4_K, TensorType::Q6_K},
+      {TensorType::Q8_0, TensorType::Q4_1, TensorType::F16, TensorType::Q8_0},
+      {TensorType::Q5_K, TensorType::Q5_0, TensorType::Q2_K, TensorType::Q5_1}};
+  std::mt19937 rng(23);
+  constexpr size_t k = 512;
+  for (const std::vector<TensorType>& types : groups)
+    for (MatmulIsa isa : supported_isas())
+      for (size_t m : {1, 16, 35}) {
+        std::vector<TestWeight> weights;
+        std::vector<std::vector<float>> biases, shared, alone;
+        for (TensorType type : types) {
+          const size_t n = 40 + 8 * weights.size();
+          weights.push_back(make_weight(type, n, k, rng));
+          biases.push_back(random_vector(n, rng));
+          shared.emplace_back(m * n, -1.0f);
+          alone.emplace_back(m * n, -2.0f);
+        }
+        const std::vector<float> x = random_vector(m * k, rng);
+        std::vector<WeightView> views;
+        for (const TestWeight& w : weights)
+          views.push_back(w.view());
+        switch (types.size()) {
+        case 3:
+          linear_shared_input(x.data(), m,
+                              {{&views[0], shared[0].data(), biases[0].data()},
+                               {&views[1], shared[1].data(), nullptr},
+                               {&views[2], shared[2].data(), biases[2].data()}},
+                              isa);
+          break;
+        default:
+          linear_shared_input(x.data(), m,
+                              {{&views[0], shared[0].data(), biases[0].data()},
+                               {&views[1], shared[1].data(), nullptr},
+                               {&views[2], shared[2].data(), biases[2].data()},
+                               {&views[3], shared[3].data(), nullptr}},
+                              isa);
+          break;
+        }
+        for (size_t i = 0; i < weights.size(); ++i) {
+          linear(views[i], x.data(), m, alone[i].data(), i % 2 == 0 ? biases[i].data() : nullptr,
+                 isa);
+          INFO(to_string(isa) << ", m " << m << ", weight " << i << " " << to_string(types[i]));
+          CHECK(std::memcmp(shared[i].data(), alone[i].data(), alone[i].size() * sizeof(float)) ==
+                0);
+        }
+      }
+  // A weight whose rows are not whole blocks is refused, as linear() does.
+  const std::vector<uint8_t> bytes(4096);
+  const WeightView ragged{TensorType::Q4_K, bytes.data(), 2, 320};
+  std::vector<float> y(2);
+  const std::vector<float> x(320);
+  REQUIRE_THROWS_AS(linear_shared_input(x.data(), 1, {{&ragged, y.data(), nullptr}}),
+                    std::invalid_argument);
+}
+
 TEST_CASE("linear quantizes an all-zero activation block to zero", "[cpu_matmul]") {
   std::mt19937 rng(11);
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_1, TensorType::Q4_K}) {

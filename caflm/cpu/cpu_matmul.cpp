@@ -162,6 +162,39 @@ void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* _
   linear(w, x, m, y, bias, default_matmul_isa());
 }
 
+void linear_shared_input(const float* __restrict__ x, size_t m,
+                         std::initializer_list<LinearOutput> outputs) {
+  linear_shared_input(x, m, outputs, default_matmul_isa());
+}
+
+void linear_shared_input(const float* __restrict__ x, size_t m,
+                         std::initializer_list<LinearOutput> outputs, MatmulIsa isa) {
+  // One slot per activation format (Q8_0, Q8_1, Q8_K), filled by the first
+  // weight of this call that takes it.
+  thread_local detail::QuantizedActivations slots[3];
+  bool filled[3] = {false, false, false};
+  for (const LinearOutput& out : outputs) {
+    const WeightView& w = *out.w;
+    if (w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16 ||
+        m == 0) {
+      linear(w, x, m, out.y, out.bias, isa);
+      continue;
+    }
+    if (!matmul_isa_supported(isa)) {
+      throw std::invalid_argument(std::string("linear: this CPU cannot run the ") + to_string(isa) +
+                                  " kernels");
+    }
+    detail::check_quantized_weight(w);
+    const TensorType act = detail::activation_type(w.type);
+    const std::size_t slot = act == TensorType::Q8_0 ? 0 : act == TensorType::Q8_1 ? 1 : 2;
+    if (!filled[slot] || slots[slot].k() != w.cols || slots[slot].m() != m) {
+      slots[slot].quantize(act, x, m, w.cols);
+      filled[slot] = true;
+    }
+    detail::quantized_linear(isa, w, slots[slot], out.y, out.bias);
+  }
+}
+
 void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* __restrict__ y,
             const float* __restrict__ bias, MatmulIsa isa) {
   if (w.type != TensorType::F32 && w.type != TensorType::F16 && w.type != TensorType::BF16) {

@@ -3,6 +3,7 @@
 #include "caflm/cpu/cpu_kernels.hpp"
 
 #include <cstddef>
+#include <initializer_list>
 
 // Linear layers on the CPU (AVX2 + FMA, and AVX-512 where the CPU has it;
 // OpenMP), batch invariant.
@@ -82,6 +83,24 @@ MatmulIsa default_matmul_isa();
 /// type (Q8_1, Q8_K) or a K that is not whole blocks.
 void linear(const WeightView& w, const float* __restrict__ x /* [m, K] */, size_t m,
             float* __restrict__ y /* [m, N] */, const float* __restrict__ bias /* [N] or null */);
+
+/// One product of linear_shared_input: y = x · w^T (+ bias).
+struct LinearOutput {
+  const WeightView* w;
+  float* y;          // [m, w->rows]
+  const float* bias; // [w->rows] or null
+};
+
+/// linear() of several weights over the same x, as a layer's q, k and v
+/// projections or its gate and up: the same bits, with x quantized once per
+/// activation format that the quantized weights among them take rather than
+/// once per weight. Throws as linear() does.
+void linear_shared_input(const float* __restrict__ x /* [m, K] */, size_t m,
+                         std::initializer_list<LinearOutput> outputs);
+
+/// linear_shared_input with the kernels of `isa`.
+void linear_shared_input(const float* __restrict__ x /* [m, K] */, size_t m,
+                         std::initializer_list<LinearOutput> outputs, MatmulIsa isa);
 
 /// linear() with the kernels of `isa`, so that tests and benchmarks can run
 /// each path.

@@ -103,9 +103,10 @@ CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, fl
     const LayerWeights& w = weights_.layers[layer];
     // Attention block: x += wo · attention(rope(q), rope(k), v).
     rms_norm(x_.data(), n_tokens, dim, w.attn_norm.data(), config_.rms_eps, h_.data());
-    linear(w.wq, h_.data(), n_tokens, q_.data(), bias_or_null(w.bq));
-    linear(w.wk, h_.data(), n_tokens, k_.data(), bias_or_null(w.bk));
-    linear(w.wv, h_.data(), n_tokens, v_.data(), bias_or_null(w.bv));
+    linear_shared_input(h_.data(), n_tokens,
+                        {{&w.wq, q_.data(), bias_or_null(w.bq)},
+                         {&w.wk, k_.data(), bias_or_null(w.bk)},
+                         {&w.wv, v_.data(), bias_or_null(w.bv)}});
     if (config_.qk_norm) {
       // qwen3: each head of q and k RMS-normalized on its own before RoPE.
       const float eps = config_.rms_eps;
@@ -123,8 +124,9 @@ CpuModelRunner::execute(const RaggedBatch& batch, RaggedBatchOutput* outputs, fl
       x_[e] += h_[e];
     // Feed-forward block: x += w_down · (silu(w_gate · h) * (w_up · h)).
     rms_norm(x_.data(), n_tokens, dim, w.ffn_norm.data(), config_.rms_eps, h_.data());
-    linear(w.w_gate, h_.data(), n_tokens, gate_.data(), bias_or_null(w.b_gate));
-    linear(w.w_up, h_.data(), n_tokens, up_.data(), bias_or_null(w.b_up));
+    linear_shared_input(h_.data(), n_tokens,
+                        {{&w.w_gate, gate_.data(), bias_or_null(w.b_gate)},
+                         {&w.w_up, up_.data(), bias_or_null(w.b_up)}});
     silu_mul(gate_.data(), up_.data(), n_tokens, config_.ffn_dim, gate_.data());
     linear(w.w_down, gate_.data(), n_tokens, h_.data(), bias_or_null(w.b_down));
     for (std::size_t e = 0; e < std::size_t{n_tokens} * dim; ++e)

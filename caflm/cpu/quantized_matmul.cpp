@@ -510,37 +510,29 @@ void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t 
                               " is not supported");
 }
 
-void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,
-                      float* __restrict__ y, const float* __restrict__ bias) {
-  const QuantKind kind = quant_kind(w.type);
-  const TensorType act = activation_type(w.type);
-  const size_t k = w.cols;
-  const size_t n = w.rows;
+void check_quantized_weight(const WeightView& w) {
   const size_t block = tensor_block_size(w.type);
-  if (k % block != 0) {
+  if (w.cols % block != 0) {
     throw std::invalid_argument(std::string("linear: a ") + to_string(w.type) +
                                 " weight needs rows of a multiple of " + std::to_string(block) +
-                                " values, not " + std::to_string(k));
+                                " values, not " + std::to_string(w.cols));
   }
-  if (m == 0 || n == 0) {
-    return;
-  }
-  const size_t w_row_bytes = tensor_row_bytes(w.type, k);
-  const size_t x_blocks = k / tensor_block_size(act);
+}
 
-  // The caller thread's activation scratch, grown once to the largest call.
-  thread_local std::vector<int8_t> x_q;
-  thread_local std::vector<float> x_d;
-  thread_local std::vector<float> x_s;
-  thread_local std::vector<int16_t> x_bsums;
-  x_q.resize(m * k);
-  x_d.resize(m * x_blocks);
-  x_s.resize(act == TensorType::Q8_1 ? m * x_blocks : 0);
-  x_bsums.resize(act == TensorType::Q8_K ? m * k / 16 : 0);
-  int8_t* const xq = x_q.data();
-  float* const xd = x_d.data();
-  float* const xs = x_s.data();
-  int16_t* const xb = x_bsums.data();
+void QuantizedActivations::quantize(TensorType act, const float* __restrict__ x, size_t m,
+                                    size_t k) {
+  act_ = act;
+  m_ = m;
+  k_ = k;
+  const size_t x_blocks = k / tensor_block_size(act);
+  q_.resize(m * k);
+  d_.resize(m * x_blocks);
+  s_.resize(act == TensorType::Q8_1 ? m * x_blocks : 0);
+  bsums_.resize(act == TensorType::Q8_K ? m * k / 16 : 0);
+  int8_t* const xq = q_.data();
+  float* const xd = d_.data();
+  float* const xs = s_.empty() ? nullptr : s_.data();
+  int16_t* const xb = bsums_.empty() ? nullptr : bsums_.data();
   const auto rows = static_cast<ptrdiff_t>(m);
 #pragma omp parallel for schedule(static) if (m * k >= kParallelMinMacs / 8)
   for (ptrdiff_t r = 0; r < rows; ++r) {
@@ -550,11 +542,52 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
                                           xs != nullptr ? xs + row * x_blocks : nullptr,
                                           xb != nullptr ? xb + row * (k / 16) : nullptr});
   }
+}
+
+QuantizedRows QuantizedActivations::rows() const {
+  return QuantizedRows{q_.data(), d_.data(), s_.empty() ? nullptr : s_.data(),
+                       bsums_.empty() ? nullptr : bsums_.data()};
+}
+
+void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,
+                      float* __restrict__ y, const float* __restrict__ bias) {
+  check_quantized_weight(w);
+  if (m == 0 || w.rows == 0) {
+    return;
+  }
+  // The caller thread's activation scratch, grown once to the largest call.
+  thread_local QuantizedActivations activations;
+  activations.quantize(activation_type(w.type), x, m, w.cols);
+  quantized_linear(isa, w, activations, y, bias);
+}
+
+void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivations& x,
+                      float* __restrict__ y, const float* __restrict__ bias) {
+  check_quantized_weight(w);
+  const QuantKind kind = quant_kind(w.type);
+  const TensorType act = activation_type(w.type);
+  if (x.act() != act || x.k() != w.cols) {
+    throw std::invalid_argument(std::string("linear: a ") + to_string(w.type) + " weight of " +
+                                std::to_string(w.cols) + " inputs cannot take rows of " +
+                                std::to_string(x.k()) + " quantized to " + to_string(x.act()));
+  }
+  const size_t k = w.cols;
+  const size_t n = w.rows;
+  const size_t m = x.m();
+  if (m == 0 || n == 0) {
+    return;
+  }
+  const size_t w_row_bytes = tensor_row_bytes(w.type, k);
+  const QuantizedRows rows = x.rows();
+  const int8_t* const xq = rows.q;
+  const float* const xd = rows.d;
+  const float* const xs = rows.s;
+  const int16_t* const xb = rows.bsums;
 
   // Fewer rows than a tile's 16 take the AVX-512 kernels, which give the
   // same bits.
   if (isa == MatmulIsa::Amx && m >= 16) {
-    quantized_linear_amx(w, kind, act, QuantizedRows{xq, xd, xs, xb}, m, y, bias);
+    quantized_linear_amx(w, kind, act, rows, m, y, bias);
     return;
   }
   const bool signed_avx2 = kind == QuantKind::kLegacySigned && isa == MatmulIsa::Avx2;

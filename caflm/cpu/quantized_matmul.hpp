@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 // Internals of linear() for quantized weights (caflm::detail, not a stable
 // API; the tests use them to check each piece on its own).
@@ -180,6 +181,30 @@ struct QuantizedRows {
   const int16_t* bsums;
 };
 
+/// Rows of x quantized to one activation format (activation_type()), kept so
+/// that every weight taking that format can use them: quantizing is the
+/// same work whichever weight comes next.
+class QuantizedActivations {
+ public:
+  /// Quantizes the `m` rows of `x` ([m, k]) to `act`; k a whole number of
+  /// act's blocks.
+  void quantize(TensorType act, const float* __restrict__ x, size_t m, size_t k);
+
+  TensorType act() const { return act_; }
+  size_t m() const { return m_; }
+  size_t k() const { return k_; }
+  QuantizedRows rows() const;
+
+ private:
+  TensorType act_ = TensorType::Q8_0;
+  size_t m_ = 0;
+  size_t k_ = 0;
+  std::vector<int8_t> q_;
+  std::vector<float> d_;
+  std::vector<float> s_;
+  std::vector<int16_t> bsums_;
+};
+
 /// quantized_linear's column loop on the AMX kernels, for m >= 16: x in
 /// 16-row panels, groups of kAmxGroupCols columns (quantized_matmul_amx.cpp).
 void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
@@ -197,8 +222,18 @@ inline constexpr size_t kParallelMinMacs = size_t{1} << 18;
 /// is free to follow the thread count.
 size_t quantized_tile_cols(size_t n, size_t group_cols);
 
+/// Throws std::invalid_argument, naming the type, when `w`'s rows are not
+/// whole blocks of its type.
+void check_quantized_weight(const WeightView& w);
+
 /// linear() for a quantized weight type with the kernels of `isa`.
 void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,
+                      float* __restrict__ y, const float* __restrict__ bias);
+
+/// quantized_linear over rows already quantized to activation_type(w.type)
+/// (y: [x.m(), w.rows]). Throws std::invalid_argument when `x` is of
+/// another format or width.
+void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivations& x,
                       float* __restrict__ y, const float* __restrict__ bias);
 
 } // namespace caflm::detail
