@@ -220,6 +220,36 @@ TEST_CASE("rope rotates a small case computed by hand", "[cpu_kernels]") {
   }
 }
 
+TEST_CASE("rope's vector and one-pair paths rotate alike, bit for bit", "[cpu_kernels]") {
+  // Head sizes whose pairs fill whole vectors (64), leave tails of every
+  // length for both modes (22, 14, 10) or have no whole vector (6).
+  std::mt19937 rng(29);
+  const int32_t positions[3] = {0, 7, 3001};
+  for (size_t d : {64u, 22u, 14u, 10u, 6u})
+    for (RopeMode mode : {RopeMode::Interleaved, RopeMode::NeoX}) {
+      const RopeConfig config{mode, d, 10000.0f};
+      std::vector<float> angles(3 * d);
+      rope_angles(positions, 3, config, angles.data());
+      const std::vector<float> input = random_vector(3 * 2 * d, rng);
+      std::vector<float> x = input;
+      rope_rotate(x.data(), 3, 2, angles.data(), config);
+      for (size_t t = 0; t < 3; ++t)
+        for (size_t h = 0; h < 2; ++h)
+          for (size_t i = 0; i < d / 2; ++i) {
+            const size_t a = mode == RopeMode::Interleaved ? 2 * i : i;
+            const size_t b = mode == RopeMode::Interleaved ? 2 * i + 1 : i + d / 2;
+            const size_t base = (t * 2 + h) * d;
+            const float c = angles[t * d + i];
+            const float s = angles[t * d + d / 2 + i];
+            const float x0 = input[base + a];
+            const float x1 = input[base + b];
+            INFO("head_dim " << d << ", mode " << int(mode) << ", token " << t << ", pair " << i);
+            CHECK(x[base + a] == std::fma(x0, c, -(x1 * s)));
+            CHECK(x[base + b] == std::fma(x1, c, x0 * s));
+          }
+    }
+}
+
 TEST_CASE("rope follows ggml's angles on many heads and positions", "[cpu_kernels]") {
   std::mt19937 rng(13);
   constexpr size_t kTokens = 5;

@@ -196,40 +196,86 @@ void rope_angles(const int32_t* __restrict__ positions, size_t m, const RopeConf
   const auto rows = static_cast<ptrdiff_t>(m);
 #pragma omp parallel for schedule(static) if (m * d >= kParallelMinElements / 8)
   for (ptrdiff_t token = 0; token < rows; ++token) {
-    float* row = cos_sin + token * d;
+    float* cosines = cos_sin + token * d;
+    float* sines = cosines + half;
     float theta = static_cast<float>(positions[token]);
     for (size_t i = 0; i < half; ++i) {
       // ggml's rope_yarn without YaRN: divide by the pair's factor, scale by
       // freq_scale, and multiply cos and sin by the attention factor.
       const float extrapolated = config.freq_factors ? theta / config.freq_factors[i] : theta;
       const float angle = config.freq_scale * extrapolated;
-      row[2 * i] = std::cos(angle) * config.attn_factor;
-      row[2 * i + 1] = std::sin(angle) * config.attn_factor;
+      cosines[i] = std::cos(angle) * config.attn_factor;
+      sines[i] = std::sin(angle) * config.attn_factor;
       theta *= theta_scale;
     }
   }
 }
 
+namespace {
+
+/// One pair: x0' = x0 c - x1 s, x1' = x1 c + x0 s, each as one fma of the
+/// other term's rounded product, the order the vector code keeps per lane.
+inline void rotate_pair(float& x0, float& x1, float c, float s) {
+  const float a = x0;
+  const float b = x1;
+  x0 = std::fma(a, c, -(b * s));
+  x1 = std::fma(b, c, a * s);
+}
+
+/// Pairs (2i, 2i + 1) of one head, eight values (four pairs) a vector.
+void rotate_interleaved(float* __restrict__ v, size_t half, const float* __restrict__ cosines,
+                        const float* __restrict__ sines) {
+  // [c0 c0 c1 c1 c2 c2 c3 c3] from four consecutive angles.
+  const __m256i twice = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+  size_t i = 0;
+  for (; i + 4 <= half; i += 4) {
+    const __m256 c =
+        _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cosines + i)), twice);
+    const __m256 s =
+        _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sines + i)), twice);
+    const __m256 x = _mm256_loadu_ps(v + 2 * i);
+    const __m256 swapped = _mm256_permute_ps(x, 0xB1); // [x1 x0 ...] each pair's partner
+    // Even lanes x0 c - (x1 s), odd lanes x1 c + (x0 s).
+    _mm256_storeu_ps(v + 2 * i, _mm256_fmaddsub_ps(x, c, _mm256_mul_ps(swapped, s)));
+  }
+  for (; i < half; ++i)
+    rotate_pair(v[2 * i], v[2 * i + 1], cosines[i], sines[i]);
+}
+
+/// Pairs (i, i + half) of one head, eight pairs a vector.
+void rotate_neox(float* __restrict__ v, size_t half, const float* __restrict__ cosines,
+                 const float* __restrict__ sines) {
+  size_t i = 0;
+  for (; i + 8 <= half; i += 8) {
+    const __m256 c = _mm256_loadu_ps(cosines + i);
+    const __m256 s = _mm256_loadu_ps(sines + i);
+    const __m256 x0 = _mm256_loadu_ps(v + i);
+    const __m256 x1 = _mm256_loadu_ps(v + half + i);
+    _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+    _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x1, c, _mm256_mul_ps(x0, s)));
+  }
+  for (; i < half; ++i)
+    rotate_pair(v[i], v[half + i], cosines[i], sines[i]);
+}
+
+} // namespace
+
 void rope_rotate(float* __restrict__ x, size_t m, size_t n_heads, const float* __restrict__ cos_sin,
                  const RopeConfig& config) {
   const size_t d = config.head_dim;
   const size_t half = d / 2;
-  // Pair i is (2i, 2i+1) interleaved, (i, i + d/2) in NeoX mode.
-  const size_t first_stride = config.mode == RopeMode::Interleaved ? 2 : 1;
-  const size_t partner = config.mode == RopeMode::Interleaved ? 1 : half;
   const auto rows = static_cast<ptrdiff_t>(m);
 #pragma omp parallel for schedule(static) if (m * n_heads * d >= kParallelMinElements)
   for (ptrdiff_t token = 0; token < rows; ++token) {
-    const float* angles = cos_sin + token * d;
+    const float* cosines = cos_sin + token * d;
+    const float* sines = cosines + half;
     for (size_t head = 0; head < n_heads; ++head) {
       float* v = x + (token * n_heads + head) * d;
-      for (size_t i = 0; i < half; ++i) {
-        const float c = angles[2 * i];
-        const float s = angles[2 * i + 1];
-        const float x0 = v[i * first_stride];
-        const float x1 = v[i * first_stride + partner];
-        v[i * first_stride] = x0 * c - x1 * s;
-        v[i * first_stride + partner] = x0 * s + x1 * c;
+      // Pair i is (2i, 2i+1) interleaved, (i, i + d/2) in NeoX mode.
+      if (config.mode == RopeMode::Interleaved) {
+        rotate_interleaved(v, half, cosines, sines);
+      } else {
+        rotate_neox(v, half, cosines, sines);
       }
     }
   }

@@ -50,13 +50,15 @@ void rope(float* __restrict__ x /* [m, n_heads, head_dim] */, size_t m, size_t n
           const int32_t* __restrict__ positions /* [m] */, const RopeConfig& config);
 
 /// The cosine and sine (times attn_factor) of every pair's angle at each of
-/// the `m` positions, as rope computes them: cos_sin[t, 2i] and
-/// cos_sin[t, 2i + 1] for pair i of token t.
+/// the `m` positions, as rope computes them: for token t, cos_sin[t, i] and
+/// cos_sin[t, head_dim / 2 + i] for pair i.
 void rope_angles(const int32_t* __restrict__ positions /* [m] */, size_t m,
                  const RopeConfig& config, float* __restrict__ cos_sin /* [m, head_dim] */);
 
 /// Rotates every head of `x` in place by the angles rope_angles gave for its
-/// token (config.mode picks the pairs).
+/// token (config.mode picks the pairs): x0' = fma(x0, c, -(x1 s)),
+/// x1' = fma(x1, c, x0 s) for each pair, in vectors or one pair at a time
+/// alike.
 void rope_rotate(float* __restrict__ x /* [m, n_heads, head_dim] */, size_t m, size_t n_heads,
                  const float* __restrict__ cos_sin /* [m, head_dim] */, const RopeConfig& config);
 
