@@ -75,13 +75,8 @@ void score_positions(const PagedKvHead& h, std::uint32_t context, const float* _
                      std::uint32_t group, float scale, float* __restrict__ scores) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
-  const std::size_t pages = (context + block_size - 1) / block_size;
-  const auto block_at = [&h](std::size_t page) { return keys_of<E>(h, h.pages[page]); };
-  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
-    const typename E::T* keys_t = keys_of<E>(h, h.pages[page]);
+  for_each_block<E>(h, context, keys_of<E>, [&](const typename E::T* keys_t, std::size_t start) {
     const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    prefetch_ahead(block_at, page, pages, block_bytes);
     for (std::uint32_t g = 0; g < group; ++g) {
       const float* query = queries + g * head_dim;
       float* out = scores + std::size_t{g} * context + start;
@@ -100,7 +95,7 @@ void score_positions(const PagedKvHead& h, std::uint32_t context, const float* _
         score_chunks<E, 1>(keys_t, block_size, first, query, head_dim, scale, out + first,
                            valid - first);
     }
-  }
+  });
 }
 
 /// out[d0, d0 + 8 * kVectors) += the weighted value rows of one block's
@@ -131,14 +126,9 @@ void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* _
                      std::uint32_t group, float* __restrict__ out) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
   std::fill_n(out, std::size_t{group} * head_dim, 0.0f);
-  const std::size_t pages = (context + block_size - 1) / block_size;
-  const auto block_at = [&h](std::size_t page) { return values_of<E>(h, h.pages[page]); };
-  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
-    const typename E::T* rows = values_of<E>(h, h.pages[page]);
+  for_each_block<E>(h, context, values_of<E>, [&](const typename E::T* rows, std::size_t start) {
     const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    prefetch_ahead(block_at, page, pages, block_bytes);
     for (std::uint32_t g = 0; g < group; ++g) {
       const float* p = probs + std::size_t{g} * context + start;
       float* head_out = out + std::size_t{g} * head_dim;
@@ -155,7 +145,7 @@ void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* _
         for (std::size_t cell = 0; cell < valid; ++cell)
           head_out[d] = std::fma(p[cell], E::load1(rows + cell * head_dim + d), head_out[d]);
     }
-  }
+  });
 }
 
 template <typename E>

@@ -135,13 +135,8 @@ void score_positions(const PagedKvHead& h, std::uint32_t context, const float* _
                      std::uint32_t group, float scale, float* __restrict__ scores) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
-  const std::size_t pages = (context + block_size - 1) / block_size;
-  const auto block_at = [&h](std::size_t page) { return keys_of<E>(h, h.pages[page]); };
-  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
-    const typename E::T* keys_t = keys_of<E>(h, h.pages[page]);
+  for_each_block<E>(h, context, keys_of<E>, [&](const typename E::T* keys_t, std::size_t start) {
     const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    prefetch_ahead(block_at, page, pages, block_bytes);
     // Lanes past `valid` read cells of this block that hold no key yet;
     // their scores are computed and dropped.
     for (std::size_t first = 0; first < valid; first += 16)
@@ -150,7 +145,7 @@ void score_positions(const PagedKvHead& h, std::uint32_t context, const float* _
                                              head_dim, scale, scores + g * context + start + first,
                                              context, valid - first);
       });
-  }
+  });
 }
 
 /// Adds cells [first_cell, end_cell) of one block's value `rows` to
@@ -178,20 +173,15 @@ void weighted_values(const PagedKvHead& h, std::uint32_t first_context,
                      std::uint32_t n_rows, float* __restrict__ out) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  const std::size_t block_bytes = block_size * head_dim * sizeof(typename E::T);
   // Row r attends to first_context + r / rows_per_context positions; the
   // last row's context is the longest, and the stride of `probs`.
   const std::size_t context = first_context + (n_rows - 1) / rows_per_context;
   std::fill_n(out, std::size_t{n_rows} * head_dim, 0.0f);
-  const std::size_t pages = (context + block_size - 1) / block_size;
-  const auto block_at = [&h](std::size_t page) { return values_of<E>(h, h.pages[page]); };
-  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
-    const typename E::T* rows = values_of<E>(h, h.pages[page]);
+  for_each_block<E>(h, context, values_of<E>, [&](const typename E::T* rows, std::size_t start) {
     const auto valid = [&](std::uint32_t row) -> std::size_t {
       const std::size_t own = first_context + row / rows_per_context;
       return own > start ? std::min(block_size, own - start) : 0;
     };
-    prefetch_ahead(block_at, page, pages, block_bytes);
     for_group_runs(n_rows, [&](std::uint32_t g, auto run) {
       constexpr int kGroup = decltype(run)::value;
       const float* p = probs + std::size_t{g} * context + start;
@@ -208,7 +198,7 @@ void weighted_values(const PagedKvHead& h, std::uint32_t first_context,
                           run_out + i * head_dim);
       }
     });
-  }
+  });
 }
 
 } // namespace

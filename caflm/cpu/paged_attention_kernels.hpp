@@ -83,5 +83,21 @@ const typename E::T* values_of(const PagedKvHead& h, BlockId block) {
   return reinterpret_cast<const typename E::T*>(h.kv->values(h.layer, block, h.kv_head));
 }
 
+/// Calls body(block, start) for each block holding positions [0, context)
+/// of `h`, in position order: `block` is block_of(h, its id) (keys_of or
+/// values_of), `start` its first position. Prefetches kPrefetchBlocks ahead.
+template <typename E, typename Body>
+void for_each_block(const PagedKvHead& h, std::size_t context,
+                    const typename E::T* (*block_of)(const PagedKvHead&, BlockId), Body body) {
+  const std::size_t block_size = h.kv->block_size();
+  const std::size_t block_bytes = block_size * h.kv->head_dim() * sizeof(typename E::T);
+  const std::size_t pages = (context + block_size - 1) / block_size;
+  const auto block_at = [&](std::size_t page) { return block_of(h, h.pages[page]); };
+  for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
+    prefetch_ahead(block_at, page, pages, block_bytes);
+    body(block_at(page), start);
+  }
+}
+
 } // namespace
 } // namespace caflm
