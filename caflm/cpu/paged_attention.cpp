@@ -33,19 +33,24 @@ void score_chunks(const typename E::T* __restrict__ keys_t, std::size_t block_si
                   std::size_t first, const float* __restrict__ query, std::size_t head_dim,
                   float scale, float* __restrict__ scores, std::size_t count) {
   __m256 acc[kChunks][4];
+#pragma GCC unroll 2
   for (int c = 0; c < kChunks; ++c)
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j)
       acc[c][j] = _mm256_setzero_ps();
   const typename E::T* column = keys_t + first;
   std::size_t d = 0;
   for (; d + 4 <= head_dim; d += 4)
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m256 q = _mm256_set1_ps(query[d + j]);
+#pragma GCC unroll 2
       for (int c = 0; c < kChunks; ++c)
         acc[c][j] = _mm256_fmadd_ps(q, load8(column + (d + j) * block_size + 8 * c), acc[c][j]);
     }
   for (int j = 0; d < head_dim; ++d, ++j) {
     const __m256 q = _mm256_set1_ps(query[d]);
+#pragma GCC unroll 2
     for (int c = 0; c < kChunks; ++c)
       acc[c][j] = _mm256_fmadd_ps(q, load8(column + d * block_size + 8 * c), acc[c][j]);
   }
@@ -105,14 +110,17 @@ void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_
                        std::size_t valid, const float* __restrict__ probs, std::size_t d0,
                        float* __restrict__ out) {
   __m256 acc[kVectors];
+#pragma GCC unroll 8
   for (int v = 0; v < kVectors; ++v)
     acc[v] = _mm256_loadu_ps(out + d0 + 8 * v);
   for (std::size_t cell = 0; cell < valid; ++cell) {
     const __m256 p = _mm256_set1_ps(probs[cell]);
     const typename E::T* row = rows + cell * head_dim + d0;
+#pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v)
       acc[v] = _mm256_fmadd_ps(p, load8(row + 8 * v), acc[v]);
   }
+#pragma GCC unroll 8
   for (int v = 0; v < kVectors; ++v)
     _mm256_storeu_ps(out + d0 + 8 * v, acc[v]);
 }
