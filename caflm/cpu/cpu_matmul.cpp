@@ -25,6 +25,7 @@ namespace {
 struct Avx2Simd {
   using V = __m256;
   static constexpr size_t kLanes = 8;
+  static constexpr int kRegisters = 16;
   static V zero() { return _mm256_setzero_ps(); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V load_x(const float* x) { return _mm256_loadu_ps(x); }

@@ -23,6 +23,7 @@ __mmask16 first_lanes(std::size_t r) {
 struct Avx512Simd {
   using V = __m512;
   static constexpr std::size_t kLanes = 16;
+  static constexpr int kRegisters = 32;
   static V zero() { return _mm512_setzero_ps(); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V load_x(const float* x) { return _mm512_loadu_ps(x); }

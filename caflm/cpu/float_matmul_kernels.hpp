@@ -53,9 +53,9 @@ constexpr std::size_t kFloatTileCols = 48;
 constexpr std::size_t kFloatParallelMinMacs = std::size_t{1} << 18;
 
 /// MR rows x NR columns of y. `Simd` gives the vector type `V`, `kLanes`,
-/// `zero`, `fmadd`, `load_x`, `load_x_partial` (the first r < kLanes, the
-/// rest zero) and `hsum`; `Weights` loads kLanes consecutive weights of a
-/// row as floats (`load`, `load_partial`) stored in `kBytes` each.
+/// `kRegisters` (vector registers), `zero`, `fmadd`, `load_x`, `load_x_partial` (the first r <
+/// kLanes, the rest zero) and `hsum`; `Weights` loads kLanes consecutive weights of a row as floats
+/// (`load`, `load_partial`) stored in `kBytes` each.
 template <typename Simd, typename Weights>
 struct FloatKernel {
   using V = typename Simd::V;
@@ -71,11 +71,24 @@ struct FloatKernel {
     V acc[MR][NR];
     unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { acc[i][j] = Simd::zero(); }); });
     std::size_t k = 0;
+    // Each operand vector in a register of its own where the registers
+    // allow: left to itself, GCC folds a load into every fma that uses the
+    // vector (MR loads of each weight vector, NR of each x vector, instead
+    // of one), and the loads, not the fmas, then set the pace. A single row
+    // uses each weight vector once, so its loads stay folded.
+    constexpr bool kPinWeights = MR > 1 && MR * NR + NR + 1 <= Simd::kRegisters;
+    constexpr bool kPinX = MR * NR + (MR > 1 ? NR : 0) + 1 <= Simd::kRegisters;
     for (; k + Simd::kLanes <= p.k; k += Simd::kLanes) {
       V w[NR];
-      unrolled<NR>([&](int j) { w[j] = Weights::load(w_rows[j], k); });
+      unrolled<NR>([&](int j) {
+        w[j] = Weights::load(w_rows[j], k);
+        if constexpr (kPinWeights)
+          __asm__("" : "+v"(w[j]));
+      });
       unrolled<MR>([&](int i) {
-        const V x = Simd::load_x(x_rows[i] + k);
+        V x = Simd::load_x(x_rows[i] + k);
+        if constexpr (kPinX)
+          __asm__("" : "+v"(x));
         unrolled<NR>([&](int j) { acc[i][j] = Simd::fmadd(x, w[j], acc[i][j]); });
       });
     }
