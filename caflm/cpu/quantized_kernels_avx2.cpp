@@ -1,6 +1,9 @@
 // The AVX2 dot kernels of quantized linear layers (see quantized_matmul.hpp).
 //
-// Per output element the float operations are, for the legacy kinds, one
+// Per output element the float operations are, for Q8_0, one scalar chain
+// acc = fma(cvt(s_b) * d_w, d_x, acc) over the exact block sums s_b (eight
+// outputs side by side in the lanes of one vector; see LaneGroupProblem),
+// then + bias. For the other legacy kinds, one
 // 8-lane accumulator taking fma(cvt(block sums) * d_x, d_w) block by block
 // (block sums: 8 int32 lanes, lane l the 4 products 4l..4l+3 of the block,
 // exact whichever way the quants are stored), plus, with a min, a scalar
@@ -14,9 +17,13 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
 #include <utility>
 
 #include "caflm/cpu/simd_helpers.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
 
 namespace caflm::detail {
 
@@ -26,9 +33,10 @@ inline __m256i load(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-// How a legacy kernel takes the weight quants: signed (Q8_0), stored with an
-// offset taken back through sum(x) (Q4_0, Q5_0), or unsigned with a min.
-enum class Legacy { kSigned, kOffset, kWithMin };
+// How a legacy kernel takes the weight quants: stored with an offset taken
+// back through sum(x) (Q4_0, Q5_0), or unsigned with a min (Q4_1, Q5_1).
+// Q8_0's signed quants take the lane kernels below.
+enum class Legacy { kOffset, kWithMin };
 
 template <int MR, int NR, Legacy kMode>
 __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, size_t col0) {
@@ -58,17 +66,9 @@ __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, s
       unrolled<NR>([&](int j) {
         const size_t col = col0 + j;
         const uint8_t* w = p.w.q + col * k + 32 * b;
-        __m256i lanes;
-        if constexpr (kMode == Legacy::kSigned) {
-          // |w| times x with w's sign: int16 pairs of at most 2 * 128 * 127.
-          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(p.w.q_abs + col * k + 32 * b),
-                                                         _mm256_sign_epi8(x, load(w))),
-                                    ones);
-        } else {
-          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(w), x), ones);
-          if constexpr (kMode == Legacy::kOffset) {
-            lanes = _mm256_sub_epi32(lanes, offset_sums);
-          }
+        __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(w), x), ones);
+        if constexpr (kMode == Legacy::kOffset) {
+          lanes = _mm256_sub_epi32(lanes, offset_sums);
         }
         const __m256 sums = _mm256_cvtepi32_ps(lanes);
         acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(sums, x_d), _mm256_set1_ps(p.w.d[col * nb + b]),
@@ -202,13 +202,140 @@ struct Super {
   }
 };
 
+// MR rows of x against a Q8_0 lane group (see LaneGroupProblem).
+template <int MR>
+__attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];
+  unrolled<MR>([&](int i) { acc[i] = _mm256_setzero_ps(); });
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i sums[MR];
+    unrolled<MR>([&](int i) { sums[i] = _mm256_setzero_si256(); });
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; ++t) {
+      const size_t quad = 8 * b + t;
+      // Quants 4 quad .. 4 quad + 3 of all 8 columns, and their magnitudes,
+      // each in one register for every row.
+      __m256i w = load(p.w.q + 32 * quad);
+      __m256i w_abs = load(p.w.q_abs + 32 * quad);
+      __asm__("" : "+v"(w), "+v"(w_abs));
+      unrolled<MR>([&](int i) {
+        int32_t four;
+        std::memcpy(&four, p.x_q + (row0 + i) * k + 4 * quad, 4);
+        const __m256i x = _mm256_set1_epi32(four);
+        // |w| times x with w's sign: int16 pairs of at most 2 * 128 * 127.
+        sums[i] = _mm256_add_epi32(
+            sums[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones));
+      });
+    }
+    const __m256 w_d = _mm256_loadu_ps(p.w.d + kLaneGroupCols * b);
+    unrolled<MR>([&](int i) {
+      const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
+      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), w_d), x_d, acc[i]);
+    });
+  }
+  const __m256i valid = tail_mask(p.cols);
+  const __m256 bias = p.bias != nullptr ? _mm256_maskload_ps(p.bias, valid) : _mm256_setzero_ps();
+  unrolled<MR>([&](int i) {
+    const __m256 out = p.bias != nullptr ? _mm256_add_ps(acc[i], bias) : acc[i];
+    _mm256_maskstore_ps(p.y + (row0 + i) * p.y_stride, valid, out);
+  });
+}
+
+// MR < kInterleaveMinRows rows of x against a Q8_0 group read in place:
+// each column's 8 lanes of 4 products, summed across lanes into one lane per
+// column (exact), then q8_0_lanes_block's float steps.
+template <int MR>
+__attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];
+  unrolled<MR>([&](int i) { acc[i] = _mm256_setzero_ps(); });
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i x[MR];
+    unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 32 * b); });
+    // Column j's lanes for row i, hadd-ed in pairs, then pairs of pairs:
+    // quads[i][h] holds columns 4h..4h+3, each split over the two halves.
+    __m256i quads[MR][2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i pairs[MR][2];
+#pragma GCC unroll 2
+      for (int pair = 0; pair < 2; ++pair) {
+        __m256i lanes[MR][2];
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) {
+          const size_t j = 4 * h + 2 * pair + c;
+          const __m256i w =
+              j < p.cols
+                  ? load(p.rows + j * p.row_bytes + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs))
+                  : _mm256_setzero_si256();
+          const __m256i w_abs = _mm256_abs_epi8(w);
+          unrolled<MR>([&](int i) {
+            lanes[i][c] =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[i], w)), ones);
+          });
+        }
+        unrolled<MR>([&](int i) { pairs[i][pair] = _mm256_hadd_epi32(lanes[i][0], lanes[i][1]); });
+      }
+      unrolled<MR>([&](int i) { quads[i][h] = _mm256_hadd_epi32(pairs[i][0], pairs[i][1]); });
+    }
+    const __m256 w_d = _mm256_loadu_ps(p.w.d + kLaneGroupCols * b);
+    unrolled<MR>([&](int i) {
+      const __m256i sums =
+          _mm256_add_epi32(_mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x20),
+                           _mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x31));
+      const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
+      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums), w_d), x_d, acc[i]);
+    });
+  }
+  const __m256i valid = tail_mask(p.cols);
+  const __m256 bias = p.bias != nullptr ? _mm256_maskload_ps(p.bias, valid) : _mm256_setzero_ps();
+  unrolled<MR>([&](int i) {
+    const __m256 out = p.bias != nullptr ? _mm256_add_ps(acc[i], bias) : acc[i];
+    _mm256_maskstore_ps(p.y + (row0 + i) * p.y_stride, valid, out);
+  });
+}
+
 } // namespace
+
+void dot_q8_0_lanes_avx2(const LaneGroupProblem& p) {
+  static_assert(kInterleaveMinRows == 4, "the in-place path takes 1 to 3 rows");
+  switch (p.m) {
+  case 1:
+    return q8_0_rows_block<1>(p, 0);
+  case 2:
+    return q8_0_rows_block<2>(p, 0);
+  case 3:
+    return q8_0_rows_block<3>(p, 0);
+  default:
+    break;
+  }
+  size_t row = 0;
+  for (; row + 4 <= p.m; row += 4)
+    q8_0_lanes_block<4>(p, row);
+  switch (p.m - row) {
+  case 3:
+    q8_0_lanes_block<3>(p, row);
+    break;
+  case 2:
+    q8_0_lanes_block<2>(p, row);
+    break;
+  case 1:
+    q8_0_lanes_block<1>(p, row);
+    break;
+  default:
+    break;
+  }
+}
 
 void dot_group_avx2(const GroupProblem& p) {
   switch (p.kind) {
   case QuantKind::kLegacySigned:
-    sweep<LegacyKernel<Legacy::kSigned>, 3>(p);
-    return;
+    throw std::invalid_argument("dot_group_avx2: Q8_0 takes dot_q8_0_lanes_avx2");
   case QuantKind::kLegacyOffset:
     sweep<LegacyKernel<Legacy::kOffset>, 3>(p);
     return;

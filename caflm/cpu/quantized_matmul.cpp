@@ -168,14 +168,6 @@ void store(void* p, __m256i v) {
   _mm256_storeu_si256(static_cast<__m256i*>(p), v);
 }
 
-// Writes signed quants and (when wanted) their magnitudes.
-void store_signed(uint8_t* q, uint8_t* q_abs, __m256i v) {
-  store(q, v);
-  if (q_abs != nullptr) {
-    store(q_abs, _mm256_abs_epi8(v));
-  }
-}
-
 // The 12 packed bytes of Q4_K/Q5_K scales and mins (6 bits each) as 8 scales
 // (bytes 0-7) and 8 mins (bytes 8-15), as ggml's get_scale_min_k4 reads them:
 // j < 4: scale = b[j] & 63, min = b[j + 4] & 63; j >= 4: scale = (b[j + 4] &
@@ -210,14 +202,13 @@ inline __m128i unpack_scales_q3_k(const uint8_t* packed) {
                       _mm_set1_epi8(32));
 }
 
-// One legacy weight row (blocks of 32): quants, |quants| (kAbs), d and m.
-template <TensorType kType, bool kAbs>
+// One legacy weight row (blocks of 32): quants, d and m.
+template <TensorType kType>
 void decode_legacy(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restrict__ q,
-                   uint8_t* __restrict__ q_abs, float* __restrict__ d, float* __restrict__ m) {
+                   float* __restrict__ d, float* __restrict__ m) {
   const __m256i sixteen = _mm256_set1_epi8(16);
   for (size_t b = 0; b < nb; ++b) {
     uint8_t* qb = q + 32 * b;
-    uint8_t* ab = kAbs ? q_abs + 32 * b : nullptr;
     if constexpr (kType == TensorType::Q4_0) {
       const uint8_t* block = block_at<BlockQ4_0>(row, b);
       d[b] = half(u16_at(block + offsetof(BlockQ4_0, d)));
@@ -243,7 +234,7 @@ void decode_legacy(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restri
     } else {
       const uint8_t* block = block_at<BlockQ8_0>(row, b);
       d[b] = half(u16_at(block + offsetof(BlockQ8_0, d)));
-      store_signed(qb, ab, load32(block + offsetof(BlockQ8_0, qs)));
+      store(qb, load32(block + offsetof(BlockQ8_0, qs)));
     }
   }
   (void)m;
@@ -361,15 +352,29 @@ void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restric
   }
 }
 
-template <TensorType kType>
-void decode_legacy_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, uint8_t* q_abs,
-                       float* d, float* m) {
-  const size_t nb = k / 32;
-  if (q_abs != nullptr) {
-    decode_legacy<kType, true>(row, nb, q + col * k, q_abs + col * k, d + col * nb, m + col * nb);
-  } else {
-    decode_legacy<kType, false>(row, nb, q + col * k, nullptr, d + col * nb, m + col * nb);
+// The 8 x 8 transpose of 32-bit elements: out[t] lane j = in[j] lane t.
+void transpose_8x8_epi32(const __m256i (&in)[8], __m256i (&out)[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
   }
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    out[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+    out[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+  }
+}
+
+template <TensorType kType>
+void decode_legacy_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, float* d, float* m) {
+  const size_t nb = k / 32;
+  decode_legacy<kType>(row, nb, q + col * k, d + col * nb, m + col * nb);
 }
 
 template <TensorType kType>
@@ -480,19 +485,18 @@ void quantize_activation_row(TensorType act_type, const float* __restrict__ x, s
 }
 
 void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
-                       uint8_t* q, uint8_t* q_abs, float* d, float* m, int8_t* scales,
-                       int16_t* mins) {
+                       uint8_t* q, float* d, float* m, int8_t* scales, int16_t* mins) {
   switch (type) {
   case TensorType::Q4_0:
-    return decode_legacy_any<TensorType::Q4_0>(row, k, col, q, q_abs, d, m);
+    return decode_legacy_any<TensorType::Q4_0>(row, k, col, q, d, m);
   case TensorType::Q4_1:
-    return decode_legacy_any<TensorType::Q4_1>(row, k, col, q, q_abs, d, m);
+    return decode_legacy_any<TensorType::Q4_1>(row, k, col, q, d, m);
   case TensorType::Q5_0:
-    return decode_legacy_any<TensorType::Q5_0>(row, k, col, q, q_abs, d, m);
+    return decode_legacy_any<TensorType::Q5_0>(row, k, col, q, d, m);
   case TensorType::Q5_1:
-    return decode_legacy_any<TensorType::Q5_1>(row, k, col, q, q_abs, d, m);
+    return decode_legacy_any<TensorType::Q5_1>(row, k, col, q, d, m);
   case TensorType::Q8_0:
-    return decode_legacy_any<TensorType::Q8_0>(row, k, col, q, q_abs, d, m);
+    return decode_legacy_any<TensorType::Q8_0>(row, k, col, q, d, m);
   case TensorType::Q2_K:
     return decode_super_any<TensorType::Q2_K>(row, k, col, q, scales, mins, d, m);
   case TensorType::Q3_K:
@@ -508,6 +512,40 @@ void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t 
   }
   throw std::invalid_argument(std::string("linear: weight type ") + to_string(type) +
                               " is not supported");
+}
+
+void q8_0_lane_scales(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
+                      float* __restrict__ d) {
+  for (size_t b = 0; b < k / 32; ++b)
+    for (size_t j = 0; j < kLaneGroupCols; ++j)
+      d[kLaneGroupCols * b + j] =
+          j < cols
+              ? half(u16_at(block_at<BlockQ8_0>(rows + j * row_bytes, b) + offsetof(BlockQ8_0, d)))
+              : 0.0f;
+}
+
+void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
+                     uint8_t* __restrict__ q_abs, int8_t* __restrict__ q, float* __restrict__ d) {
+  const size_t nb = k / 32;
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+    for (size_t j = 0; j < kLaneGroupCols; ++j) {
+      if (j < cols) {
+        const uint8_t* block = block_at<BlockQ8_0>(rows + j * row_bytes, b);
+        in[j] = load32(block + offsetof(BlockQ8_0, qs));
+        d[kLaneGroupCols * b + j] = half(u16_at(block + offsetof(BlockQ8_0, d)));
+      } else {
+        in[j] = _mm256_setzero_si256();
+        d[kLaneGroupCols * b + j] = 0.0f;
+      }
+    }
+    transpose_8x8_epi32(in, out);
+    for (size_t t = 0; t < 8; ++t) {
+      const size_t at = (8 * b + t) * 32;
+      store(q + at, out[t]);
+      store(q_abs + at, _mm256_abs_epi8(out[t]));
+    }
+  }
 }
 
 void check_quantized_weight(const WeightView& w) {
@@ -548,6 +586,52 @@ QuantizedRows QuantizedActivations::rows() const {
   return QuantizedRows{q_.data(), d_.data(), s_.empty() ? nullptr : s_.data(),
                        bsums_.empty() ? nullptr : bsums_.data()};
 }
+
+namespace {
+
+// Q8_0 on AVX2: groups of kLaneGroupCols columns, interleaved, against all
+// rows of x. Tiles are handed out as quantized_linear's are.
+void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size_t k,
+                      const QuantizedRows& rows, size_t m, float* __restrict__ y,
+                      const float* __restrict__ bias) {
+  const size_t tile_width = quantized_tile_cols(n, kLaneGroupCols);
+  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
+#pragma omp parallel for schedule(dynamic) if (m * n * k >= kParallelMinMacs)
+  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+    // This thread's interleaved column group, grown once.
+    thread_local std::vector<uint8_t> q_abs;
+    thread_local std::vector<int8_t> q;
+    thread_local std::vector<float> d;
+    q_abs.resize(kLaneGroupCols * k);
+    q.resize(kLaneGroupCols * k);
+    d.resize(kLaneGroupCols * (k / 32));
+    const size_t col_begin = static_cast<size_t>(tile) * tile_width;
+    const size_t col_end = std::min(n, col_begin + tile_width);
+    for (size_t col0 = col_begin; col0 < col_end; col0 += kLaneGroupCols) {
+      const size_t cols = std::min(kLaneGroupCols, col_end - col0);
+      const uint8_t* group_rows = w_bytes + col0 * w_row_bytes;
+      if (m >= kInterleaveMinRows)
+        interleave_q8_0(group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
+      else
+        q8_0_lane_scales(group_rows, w_row_bytes, cols, k, d.data());
+      LaneGroupProblem p{};
+      p.rows = group_rows;
+      p.row_bytes = w_row_bytes;
+      p.k = k;
+      p.m = m;
+      p.x_q = rows.q;
+      p.x_d = rows.d;
+      p.w = InterleavedQ8_0{q_abs.data(), q.data(), d.data()};
+      p.cols = cols;
+      p.y = y + col0;
+      p.y_stride = n;
+      p.bias = bias != nullptr ? bias + col0 : nullptr;
+      dot_q8_0_lanes_avx2(p);
+    }
+  }
+}
+
+} // namespace
 
 void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restrict__ x, size_t m,
                       float* __restrict__ y, const float* __restrict__ bias) {
@@ -590,21 +674,22 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     quantized_linear_amx(w, kind, act, rows, m, y, bias);
     return;
   }
-  const bool signed_avx2 = kind == QuantKind::kLegacySigned && isa == MatmulIsa::Avx2;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  if (kind == QuantKind::kLegacySigned && isa == MatmulIsa::Avx2) {
+    q8_0_linear_avx2(w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+    return;
+  }
   const size_t tile_width = quantized_tile_cols(n, kGroupCols);
   const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
 #pragma omp parallel for schedule(dynamic) if (m * n * k >= kParallelMinMacs)
   for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
     // This thread's unpacked column group, grown once.
     thread_local std::vector<uint8_t> q;
-    thread_local std::vector<uint8_t> q_abs;
     thread_local std::vector<float> d;
     thread_local std::vector<float> mm;
     thread_local std::vector<int8_t> scales;
     thread_local std::vector<int16_t> mins;
     q.resize(kGroupCols * k);
-    q_abs.resize(signed_avx2 ? kGroupCols * k : 0);
     d.resize(kGroupCols * (k / 32));
     mm.resize(kGroupCols * (k / 32));
     const bool super = is_super_kind(kind);
@@ -616,9 +701,8 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     for (size_t col0 = col_begin; col0 < col_end; col0 += kGroupCols) {
       const size_t cols = std::min(kGroupCols, col_end - col0);
       for (size_t j = 0; j < cols; ++j) {
-        decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(),
-                          signed_avx2 ? q_abs.data() : nullptr, d.data(), mm.data(), scales.data(),
-                          mins.data());
+        decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), d.data(),
+                          mm.data(), scales.data(), mins.data());
       }
       GroupProblem p{};
       p.kind = kind;
@@ -628,7 +712,7 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
       p.x_d = xd;
       p.x_s = xs;
       p.x_bsums = xb;
-      p.w = DecodedColumns{q.data(), q_abs.data(), d.data(), mm.data(), scales.data(), mins.data()};
+      p.w = DecodedColumns{q.data(), d.data(), mm.data(), scales.data(), mins.data()};
       p.offset = stored_offset(w.type);
       p.cols = cols;
       p.y = y + col0;

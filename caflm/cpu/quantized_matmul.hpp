@@ -80,7 +80,6 @@ void quantize_activation_row(TensorType act_type, const float* __restrict__ x, s
 /// used depends on the kind.
 struct DecodedColumns {
   const uint8_t* q;     // [cols, k] quants: int8 (signed legacy) or uint8
-  const uint8_t* q_abs; // [cols, k] |q| (signed legacy; the AVX2 sign trick)
   const float* d;       // [cols, k / block] block or super-block scale
   const float* m;       // [cols, k / block] legacy min m, or K-quant dmin
   const int8_t* scales; // [cols, k / 16] sub-block scales (one per 16 values)
@@ -96,8 +95,7 @@ int stored_offset(TensorType weight_type);
 /// Unpacks one weight row of `type` (k values) into column `col` of the
 /// group scratch whose arrays are laid out as DecodedColumns describes.
 void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
-                       uint8_t* q, uint8_t* q_abs, float* d, float* m, int8_t* scales,
-                       int16_t* mins);
+                       uint8_t* q, float* d, float* m, int8_t* scales, int16_t* mins);
 
 /// Everything a dot kernel needs for one column group against all rows.
 struct GroupProblem {
@@ -115,6 +113,55 @@ struct GroupProblem {
   size_t y_stride;
   const float* bias; // [cols] or null
 };
+
+/// Output columns the AVX2 Q8_0 kernel takes together: one per int32 lane.
+inline constexpr size_t kLaneGroupCols = 8;
+
+/// Q8_0 weight rows of one AVX2 column group, interleaved so that one vector
+/// holds the same 4 quants of all kLaneGroupCols columns: each product of a
+/// row of x with the group's columns then costs one set of integer
+/// operations for all 8, and one float epilogue per block for all 8 (the
+/// float part, per block and output, is what bounds a kernel that keeps
+/// each column in lanes of its own).
+struct InterleavedQ8_0 {
+  const uint8_t* q_abs; // [k / 4, kLaneGroupCols, 4] |q|
+  const int8_t* q;      // [k / 4, kLaneGroupCols, 4] q
+  const float* d;       // [k / 32, kLaneGroupCols] block scales
+};
+
+/// Interleaves the Q8_0 rows `rows + j * row_bytes` (j < cols, each k
+/// values) into InterleavedQ8_0's layout; columns past `cols` get zero quants
+/// and scales.
+void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
+                     uint8_t* __restrict__ q_abs, int8_t* __restrict__ q, float* __restrict__ d);
+
+/// Below this many rows of x a Q8_0 group is read in place, not
+/// interleaved: interleaving costs more than it saves a row or three.
+inline constexpr size_t kInterleaveMinRows = 4;
+
+/// The block scales of InterleavedQ8_0 alone, for the rows read in place.
+void q8_0_lane_scales(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
+                      float* __restrict__ d);
+
+/// One AVX2 Q8_0 column group against all rows of x. Per output element: the
+/// exact integer dot product s_b of each block, then acc = fma(cvt(s_b) *
+/// d_w, d_x, acc) block after block, then + bias. Fewer than
+/// kInterleaveMinRows rows read the weight rows in place (the same integers,
+/// summed another way, so the same bits); more take them interleaved.
+struct LaneGroupProblem {
+  size_t k;
+  size_t m;
+  const int8_t* x_q;   // [m, k]
+  const float* x_d;    // [m, k / 32]
+  const uint8_t* rows; // the group's Q8_0 rows, row_bytes apart
+  size_t row_bytes;
+  InterleavedQ8_0 w; // interleaved quants (m >= kInterleaveMinRows); scales always
+  size_t cols;       // 1..kLaneGroupCols
+  float* y;          // y[r * y_stride + j] for column j of the group
+  size_t y_stride;
+  const float* bias; // [cols] or null
+};
+void dot_q8_0_lanes_avx2(const LaneGroupProblem& p);
 
 /// The dot kernels, one per instruction set (the AVX-512 and AMX ones live
 /// in translation units of their own, compiled with those enabled, and are

@@ -82,9 +82,7 @@ struct AmxGroupScratch {
   DecodedColumns columns(size_t first, TensorType type, size_t k) const {
     const size_t blocks = k / tensor_block_size(type);
     const bool super = !scales.empty();
-    return DecodedColumns{q.data() + first * k,
-                          nullptr,
-                          d.data() + first * blocks,
+    return DecodedColumns{q.data() + first * k, d.data() + first * blocks,
                           m.data() + first * blocks,
                           super ? scales.data() + first * (k / 16) : nullptr,
                           super ? mins.data() + first * (k / 16) : nullptr};
@@ -154,7 +152,7 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
         } else {
           for (size_t j = 0; j < cols; ++j) {
             decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
-                              nullptr, scratch.d.data(), scratch.m.data(), scratch.scales.data(),
+                              scratch.d.data(), scratch.m.data(), scratch.scales.data(),
                               scratch.mins.data());
           }
         }
