@@ -202,6 +202,32 @@ struct Super {
   }
 };
 
+// The float steps of a Q8_0 lane kernel at the end of block b, for MR rows
+// from row0 and the group's 8 columns at once: acc = fma(cvt(s_b) * d_w, d_x,
+// acc). Both lane kernels take them from here, so that their outputs agree
+// bit for bit.
+template <int MR>
+inline void add_lane_block(const LaneGroupProblem& p, size_t row0, size_t b,
+                           const __m256i (&sums)[MR], __m256 (&acc)[MR]) {
+  const size_t nb = p.k / 32;
+  const __m256 w_d = _mm256_loadu_ps(p.w.d + kLaneGroupCols * b);
+  unrolled<MR>([&](int i) {
+    const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
+    acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), w_d), x_d, acc[i]);
+  });
+}
+
+// y = acc + bias for MR rows from row0, the group's columns only.
+template <int MR>
+inline void store_lane_rows(const LaneGroupProblem& p, size_t row0, const __m256 (&acc)[MR]) {
+  const __m256i valid = tail_mask(p.cols);
+  const __m256 bias = p.bias != nullptr ? _mm256_maskload_ps(p.bias, valid) : _mm256_setzero_ps();
+  unrolled<MR>([&](int i) {
+    const __m256 out = p.bias != nullptr ? _mm256_add_ps(acc[i], bias) : acc[i];
+    _mm256_maskstore_ps(p.y + (row0 + i) * p.y_stride, valid, out);
+  });
+}
+
 // MR rows of x against a Q8_0 lane group (see LaneGroupProblem).
 template <int MR>
 __attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t row0) {
@@ -230,23 +256,14 @@ __attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t
             sums[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones));
       });
     }
-    const __m256 w_d = _mm256_loadu_ps(p.w.d + kLaneGroupCols * b);
-    unrolled<MR>([&](int i) {
-      const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
-      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), w_d), x_d, acc[i]);
-    });
+    add_lane_block<MR>(p, row0, b, sums, acc);
   }
-  const __m256i valid = tail_mask(p.cols);
-  const __m256 bias = p.bias != nullptr ? _mm256_maskload_ps(p.bias, valid) : _mm256_setzero_ps();
-  unrolled<MR>([&](int i) {
-    const __m256 out = p.bias != nullptr ? _mm256_add_ps(acc[i], bias) : acc[i];
-    _mm256_maskstore_ps(p.y + (row0 + i) * p.y_stride, valid, out);
-  });
+  store_lane_rows<MR>(p, row0, acc);
 }
 
 // MR < kInterleaveMinRows rows of x against a Q8_0 group read in place:
 // each column's 8 lanes of 4 products, summed across lanes into one lane per
-// column (exact), then q8_0_lanes_block's float steps.
+// column (exact), then the same float steps (add_lane_block).
 template <int MR>
 __attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t row0) {
   const size_t k = p.k;
@@ -283,21 +300,14 @@ __attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t 
       }
       unrolled<MR>([&](int i) { quads[i][h] = _mm256_hadd_epi32(pairs[i][0], pairs[i][1]); });
     }
-    const __m256 w_d = _mm256_loadu_ps(p.w.d + kLaneGroupCols * b);
+    __m256i sums[MR];
     unrolled<MR>([&](int i) {
-      const __m256i sums =
-          _mm256_add_epi32(_mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x20),
-                           _mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x31));
-      const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
-      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums), w_d), x_d, acc[i]);
+      sums[i] = _mm256_add_epi32(_mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x20),
+                                 _mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x31));
     });
+    add_lane_block<MR>(p, row0, b, sums, acc);
   }
-  const __m256i valid = tail_mask(p.cols);
-  const __m256 bias = p.bias != nullptr ? _mm256_maskload_ps(p.bias, valid) : _mm256_setzero_ps();
-  unrolled<MR>([&](int i) {
-    const __m256 out = p.bias != nullptr ? _mm256_add_ps(acc[i], bias) : acc[i];
-    _mm256_maskstore_ps(p.y + (row0 + i) * p.y_stride, valid, out);
-  });
+  store_lane_rows<MR>(p, row0, acc);
 }
 
 } // namespace
