@@ -131,6 +131,11 @@ start_worker() {
     fi
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
+    # An attempt that found the port still held by the worker just killed
+    # ended as this loop expects; any other end stays for the report to judge.
+    if tail -n 1 "worker-$n.err" | grep -q "already in use"; then
+      echo "$pid" >>stopped_pids.txt
+    fi
     echo "worker $n did not start (attempt $attempt)" >>"worker-$n.err"
     sleep 1
   done
