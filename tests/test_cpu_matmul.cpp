@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tests/support/omp_threads.hpp"
@@ -220,6 +221,65 @@ TEST_CASE("linear matches a double-precision product for every weight type", "[c
         check_against_reference(w, x, s.m, y, nullptr);
         linear(w.view(), x.data(), s.m, y.data(), bias.data(), isa);
         check_against_reference(w, x, s.m, y, bias.data());
+      }
+    }
+  }
+}
+
+// A K-quant weight whose every quant and sub-block scale is the largest its
+// type stores (all bits set; Q6_K's signed scales 127), d and dmin `scale`.
+template <typename Block>
+TestWeight make_extreme_super_weight(TensorType type, uint64_t rows, uint64_t cols, float scale) {
+  TestWeight w{type, rows, cols, {}, {}};
+  w.bytes.assign(rows * tensor_row_bytes(type, cols), 0xFF);
+  const uint16_t d = f32_to_f16(scale);
+  for (size_t b = 0; b < rows * cols / 256; ++b) {
+    Block block;
+    std::memcpy(&block, w.bytes.data() + b * sizeof block, sizeof block);
+    block.d = d;
+    if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+      std::fill(std::begin(block.scales), std::end(block.scales), int8_t{127});
+    } else if constexpr (!std::is_same_v<Block, BlockQ3_K>) {
+      block.dmin = d;
+    }
+    std::memcpy(w.bytes.data() + b * sizeof block, &block, sizeof block);
+  }
+  w.values.resize(rows * cols);
+  for (uint64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, w.bytes.data() + r * tensor_row_bytes(type, cols), cols,
+                   w.values.data() + r * cols);
+  }
+  return w;
+}
+
+// The kernels sum several quants' products in int16 lanes before a
+// sub-block's scale applies; the largest quants against activations that
+// quantize to +-127 must not wrap or saturate there.
+TEST_CASE("K-quant linear holds the largest quants against the largest activations",
+          "[cpu_matmul]") {
+  constexpr size_t kRows = 11, kCols = 512;
+  const TestWeight weights[] = {
+      make_extreme_super_weight<BlockQ2_K>(TensorType::Q2_K, kRows, kCols, 0.01f),
+      make_extreme_super_weight<BlockQ3_K>(TensorType::Q3_K, kRows, kCols, 0.01f),
+      make_extreme_super_weight<BlockQ4_K>(TensorType::Q4_K, kRows, kCols, 0.01f),
+      make_extreme_super_weight<BlockQ5_K>(TensorType::Q5_K, kRows, kCols, 0.01f),
+      make_extreme_super_weight<BlockQ6_K>(TensorType::Q6_K, kRows, kCols, 0.01f)};
+  for (const TestWeight& w : weights) {
+    for (MatmulIsa isa : supported_isas()) {
+      // m = 2 and 6 take both the decoded and the interleaved AVX2 paths.
+      for (size_t m : {size_t{2}, size_t{6}}) {
+        // Equal magnitudes: every activation quantizes to -127 (the first
+        // value sets Q8_K's sign) or, in the alternating rows, to +-127.
+        std::vector<float> x(m * kCols);
+        for (size_t r = 0; r < m; ++r) {
+          for (size_t i = 0; i < kCols; ++i) {
+            x[r * kCols + i] = r % 2 == 0 ? 1.5f : (i % 2 == 0 ? -1.5f : 1.5f);
+          }
+        }
+        std::vector<float> y(m * kRows);
+        INFO("type " << to_string(w.type) << " isa " << to_string(isa) << " m " << m);
+        linear(w.view(), x.data(), m, y.data(), nullptr, isa);
+        check_against_reference(w, x, m, y, nullptr);
       }
     }
   }

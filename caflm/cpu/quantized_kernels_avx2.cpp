@@ -8,11 +8,12 @@
 // (block sums: 8 int32 lanes, lane l the 4 products 4l..4l+3 of the block,
 // exact whichever way the quants are stored), plus, with a min, a scalar
 // fma(m_w, s_x) chain; then a fixed horizontal sum of the lanes, + the scalar
-// chain, + bias. For the K kinds: per super-block the exact 8-lane integer
-// sum of scale * quant * x, then acc = fma(cvt(sumi) * d_x, d_w, acc) and,
-// with mins, acc = fnmadd(cvt(min . bsums) * d_x, dmin_w, acc); then the
-// horizontal sum, + bias. The blocking over MR rows and NR columns below only
-// shares loads.
+// chain, + bias. For the K kinds, also one output per lane: per super-block
+// the exact integer sums s_b of scale * quant * x and n_b of min * bsum, then
+// acc = fma(cvt(s_b) * d_x, d_w, acc) and, with mins, acc = fnmadd(cvt(n_b)
+// * d_x, dmin_w, acc) (with an offset, acc = fma(cvt(s_b - n_b) * d_x, d_w,
+// acc)), then + bias. The blocking over rows and columns below only shares
+// loads.
 #include "caflm/cpu/quantized_matmul.hpp"
 
 #include <immintrin.h>
@@ -90,76 +91,6 @@ __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, s
   }
 }
 
-// Byte patterns picking sub-block scales 2c (8 times) and 2c + 1 (8 times)
-// out of a super-block's 16.
-alignas(16) constexpr uint8_t kScalePatterns[8][16] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
-    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
-    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-
-template <int MR, int NR, bool kOffset>
-__attribute__((flatten)) void super_block(const GroupProblem& p, size_t row0, size_t col0) {
-  const size_t k = p.k;
-  const size_t nb = k / 256;
-  __m256 acc[MR][NR];
-  unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { acc[i][j] = _mm256_setzero_ps(); }); });
-  for (size_t b = 0; b < nb; ++b) {
-    __m256i sumi[MR][NR];
-    unrolled<MR>([&](int i) { unrolled<NR>([&](int j) { sumi[i][j] = _mm256_setzero_si256(); }); });
-    __m128i packed_scales[NR];
-    unrolled<NR>([&](int j) {
-      packed_scales[j] = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(p.w.scales + (col0 + j) * (k / 16) + 16 * b));
-    });
-    for (size_t c = 0; c < 8; ++c) {
-      __m256i x[MR];
-      unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 256 * b + 32 * c); });
-      const __m128i pattern = _mm_load_si128(reinterpret_cast<const __m128i*>(kScalePatterns[c]));
-      unrolled<NR>([&](int j) {
-        const size_t col = col0 + j;
-        const __m256i w = load(p.w.q + col * k + 256 * b + 32 * c);
-        // Sub-blocks 2c and 2c + 1: their scales, 8 int16 each.
-        const __m256i scales = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed_scales[j], pattern));
-        unrolled<MR>([&](int i) {
-          sumi[i][j] = _mm256_add_epi32(sumi[i][j],
-                                        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x[i]), scales));
-        });
-      });
-    }
-    unrolled<NR>([&](int j) {
-      const size_t col = col0 + j;
-      const __m256i mins = load(p.w.mins + col * (k / 16) + 16 * b);
-      const __m256 w_d = _mm256_set1_ps(p.w.d[col * nb + b]);
-      unrolled<MR>([&](int i) {
-        const size_t row = row0 + i;
-        const __m256i min_sums = _mm256_madd_epi16(mins, load(p.x_bsums + row * (k / 16) + 16 * b));
-        const __m256 x_d = _mm256_set1_ps(p.x_d[row * nb + b]);
-        if constexpr (kOffset) {
-          const __m256 s = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[i][j], min_sums));
-          acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(s, x_d), w_d, acc[i][j]);
-        } else {
-          const __m256 s = _mm256_cvtepi32_ps(sumi[i][j]);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(s, x_d), w_d, acc[i][j]);
-          const __m256 ms = _mm256_cvtepi32_ps(min_sums);
-          acc[i][j] = _mm256_fnmadd_ps(_mm256_mul_ps(ms, x_d), _mm256_set1_ps(p.w.m[col * nb + b]),
-                                       acc[i][j]);
-        }
-      });
-    });
-  }
-  for (int i = 0; i < MR; ++i) {
-    for (int j = 0; j < NR; ++j) {
-      const float sum = hsum8(acc[i][j]);
-      p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
-    }
-  }
-}
-
 // All rows of x against the group's columns: MR rows x 2 columns at a time
 // (1 x 4 for a row left over), single columns in a ragged last group.
 template <typename Kernel, int MR>
@@ -194,13 +125,32 @@ struct LegacyKernel {
   }
 };
 
-template <bool kOffset>
-struct Super {
-  template <int MR, int NR>
-  static void block(const GroupProblem& p, size_t row0, size_t col0) {
-    super_block<MR, NR, kOffset>(p, row0, col0);
+// totals[i] lane j: the sum of the 8 int32 lanes that column j's products
+// with row i leave, for the kLaneGroupCols columns j and MR rows i.
+// pair_lanes(j, lanes, next) fills lanes[i] for column j and next[i] for
+// column j + 1 (j even: a pair shares its loads of x). The lanes are hadd-ed
+// in pairs of columns, then pairs of pairs, then the two halves (exact
+// integers, so the order is free).
+template <int MR, typename PairLanes>
+inline void column_totals(PairLanes&& pair_lanes, __m256i (&totals)[MR]) {
+  // quads[i][h]: columns 4h..4h+3, each split over the two 128-bit halves.
+  __m256i quads[MR][2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i pairs[MR][2];
+#pragma GCC unroll 2
+    for (int pair = 0; pair < 2; ++pair) {
+      __m256i lanes[2][MR];
+      pair_lanes(static_cast<size_t>(4 * h + 2 * pair), lanes[0], lanes[1]);
+      unrolled<MR>([&](int i) { pairs[i][pair] = _mm256_hadd_epi32(lanes[0][i], lanes[1][i]); });
+    }
+    unrolled<MR>([&](int i) { quads[i][h] = _mm256_hadd_epi32(pairs[i][0], pairs[i][1]); });
   }
-};
+  unrolled<MR>([&](int i) {
+    totals[i] = _mm256_add_epi32(_mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x20),
+                                 _mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x31));
+  });
+}
 
 // The float steps of a Q8_0 lane kernel at the end of block b, for MR rows
 // from row0 and the group's 8 columns at once: acc = fma(cvt(s_b) * d_w, d_x,
@@ -218,8 +168,8 @@ inline void add_lane_block(const LaneGroupProblem& p, size_t row0, size_t b,
 }
 
 // y = acc + bias for MR rows from row0, the group's columns only.
-template <int MR>
-inline void store_lane_rows(const LaneGroupProblem& p, size_t row0, const __m256 (&acc)[MR]) {
+template <int MR, typename Problem>
+inline void store_lane_rows(const Problem& p, size_t row0, const __m256 (&acc)[MR]) {
   const __m256i valid = tail_mask(p.cols);
   const __m256 bias = p.bias != nullptr ? _mm256_maskload_ps(p.bias, valid) : _mm256_setzero_ps();
   unrolled<MR>([&](int i) {
@@ -258,7 +208,7 @@ __attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t
     }
     add_lane_block<MR>(p, row0, b, sums, acc);
   }
-  store_lane_rows<MR>(p, row0, acc);
+  store_lane_rows(p, row0, acc);
 }
 
 // MR < kInterleaveMinRows rows of x against a Q8_0 group read in place:
@@ -274,40 +224,214 @@ __attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t 
   for (size_t b = 0; b < nb; ++b) {
     __m256i x[MR];
     unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 32 * b); });
-    // Column j's lanes for row i, hadd-ed in pairs, then pairs of pairs:
-    // quads[i][h] holds columns 4h..4h+3, each split over the two halves.
-    __m256i quads[MR][2];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i pairs[MR][2];
-#pragma GCC unroll 2
-      for (int pair = 0; pair < 2; ++pair) {
-        __m256i lanes[MR][2];
-#pragma GCC unroll 2
-        for (int c = 0; c < 2; ++c) {
-          const size_t j = 4 * h + 2 * pair + c;
-          const __m256i w =
-              j < p.cols
-                  ? load(p.rows + j * p.row_bytes + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs))
-                  : _mm256_setzero_si256();
-          const __m256i w_abs = _mm256_abs_epi8(w);
-          unrolled<MR>([&](int i) {
-            lanes[i][c] =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[i], w)), ones);
-          });
-        }
-        unrolled<MR>([&](int i) { pairs[i][pair] = _mm256_hadd_epi32(lanes[i][0], lanes[i][1]); });
-      }
-      unrolled<MR>([&](int i) { quads[i][h] = _mm256_hadd_epi32(pairs[i][0], pairs[i][1]); });
-    }
     __m256i sums[MR];
-    unrolled<MR>([&](int i) {
-      sums[i] = _mm256_add_epi32(_mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x20),
-                                 _mm256_permute2x128_si256(quads[i][0], quads[i][1], 0x31));
-    });
+    column_totals<MR>(
+        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+          __m256i* const out[2] = {lanes0, lanes1};
+          for (size_t c = 0; c < 2; ++c) {
+            const size_t j = j0 + c;
+            const __m256i w = j < p.cols ? load(p.rows + j * p.row_bytes + b * sizeof(BlockQ8_0) +
+                                                offsetof(BlockQ8_0, qs))
+                                         : _mm256_setzero_si256();
+            const __m256i w_abs = _mm256_abs_epi8(w);
+            unrolled<MR>([&](int i) {
+              out[c][i] =
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[i], w)), ones);
+            });
+          }
+        },
+        sums);
     add_lane_block<MR>(p, row0, b, sums, acc);
   }
-  store_lane_rows<MR>(p, row0, acc);
+  store_lane_rows(p, row0, acc);
+}
+
+// Byte patterns picking sub-block scales 2c (8 times) and 2c + 1 (8 times)
+// out of a super-block's 16.
+alignas(16) constexpr uint8_t kScalePatterns[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+
+// The float steps of a K-quant lane kernel at the end of super-block b, for
+// MR rows from row0 and the group's 8 columns at once (see
+// SuperLaneGroupProblem). Both K-quant lane kernels take them from here, so
+// that their outputs agree bit for bit. The accumulators stay in memory
+// (`acc`, MR rows of 8 lanes) from one super-block to the next: in registers
+// they would crowd out the integer sums, which the kernels touch far more
+// often.
+template <int MR, bool kWithMin>
+inline void add_super_lane_block(const SuperLaneGroupProblem& p, size_t row0, size_t b,
+                                 const __m256i (&sums)[MR], const __m256i (&min_sums)[MR],
+                                 float (&acc)[MR][kLaneGroupCols]) {
+  const size_t nb = p.k / 256;
+  const __m256 w_d = _mm256_loadu_ps(p.d + kLaneGroupCols * b);
+  unrolled<MR>([&](int i) {
+    const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
+    __m256 a = _mm256_load_ps(acc[i]);
+    if constexpr (kWithMin) {
+      const __m256 w_dmin = _mm256_loadu_ps(p.dmin + kLaneGroupCols * b);
+      a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), x_d), w_d, a);
+      a = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(min_sums[i]), x_d), w_dmin, a);
+    } else {
+      const __m256i offset_sums = _mm256_sub_epi32(sums[i], min_sums[i]);
+      a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(offset_sums), x_d), w_d, a);
+    }
+    _mm256_store_ps(acc[i], a);
+  });
+  // Keeps acc in memory: without it GCC promotes the array back to registers.
+  __asm__("" : "+m"(acc));
+}
+
+// y = acc + bias for a K-quant lane kernel's accumulators in memory.
+template <int MR>
+inline void store_super_lane_rows(const SuperLaneGroupProblem& p, size_t row0,
+                                  const float (&acc)[MR][kLaneGroupCols]) {
+  __m256 out[MR];
+  unrolled<MR>([&](int i) { out[i] = _mm256_load_ps(acc[i]); });
+  store_lane_rows(p, row0, out);
+}
+
+// MR rows of x against an interleaved K-quant group. Per sub-block of 16
+// values, the maddubs products of kChain quads (4 values of all 8 columns
+// each) add up in int16 lanes (super_quads_per_chain() keeps them from
+// saturating), then meet the sub-block's scales in one madd.
+template <int MR, int kChain, bool kWithMin>
+__attribute__((flatten)) void super_lanes_block(const SuperLaneGroupProblem& p, size_t row0) {
+  static_assert(4 % kChain == 0);
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  const size_t subs = k / 16;
+  alignas(32) float acc[MR][kLaneGroupCols] = {};
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i sums[MR];
+    unrolled<MR>([&](int i) { sums[i] = _mm256_setzero_si256(); });
+    for (size_t sub = 16 * b; sub < 16 * b + 16; ++sub) {
+      const __m256i scales = load(p.w.scales + 16 * sub);
+#pragma GCC unroll 2
+      for (size_t chain_start = 4 * sub; chain_start < 4 * sub + 4; chain_start += kChain) {
+        // The chain's quads of all 8 columns, then row by row its products.
+        __m256i w[kChain];
+        unrolled<kChain>([&](int t) {
+          w[t] = load(p.w.q + 32 * (chain_start + t));
+          __asm__("" : "+v"(w[t]));
+        });
+        unrolled<MR>([&](int i) {
+          const int8_t* x = p.x_q + (row0 + i) * k + 4 * chain_start;
+          __m256i chain = _mm256_setzero_si256();
+          unrolled<kChain>([&](int t) {
+            int32_t four;
+            std::memcpy(&four, x + 4 * t, 4);
+            chain = _mm256_add_epi16(chain, _mm256_maddubs_epi16(w[t], _mm256_set1_epi32(four)));
+          });
+          sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(chain, scales));
+        });
+      }
+    }
+    __m256i min_sums[MR];
+    unrolled<MR>([&](int i) { min_sums[i] = _mm256_setzero_si256(); });
+    for (size_t pair = 8 * b; pair < 8 * b + 8; ++pair) {
+      const __m256i mins = load(p.w.mins + 16 * pair);
+      unrolled<MR>([&](int i) {
+        int32_t two;
+        std::memcpy(&two, p.x_bsums + (row0 + i) * subs + 2 * pair, 4);
+        min_sums[i] =
+            _mm256_add_epi32(min_sums[i], _mm256_madd_epi16(mins, _mm256_set1_epi32(two)));
+      });
+    }
+    add_super_lane_block<MR, kWithMin>(p, row0, b, sums, min_sums, acc);
+  }
+  store_super_lane_rows(p, row0, acc);
+}
+
+// MR < kInterleaveMinRows rows of x against a decoded K-quant group (all 8
+// columns, zeros past p.cols): each column's 8 lanes of scaled products, and
+// of mins times block sums, summed across lanes into one lane per column
+// (exact), then the same float steps (add_super_lane_block).
+template <int MR, bool kWithMin>
+__attribute__((flatten)) void super_rows_block(const SuperLaneGroupProblem& p, size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  const size_t subs = k / 16;
+  alignas(32) float acc[MR][kLaneGroupCols] = {};
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i sums[MR];
+    column_totals<MR>(
+        [&](size_t j, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+          const int8_t* scales0 = p.decoded.scales + j * subs + 16 * b;
+          const __m128i packed0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales0));
+          const __m128i packed1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales0 + subs));
+          const uint8_t* q0 = p.decoded.q + j * k + 256 * b;
+          unrolled<MR>([&](int i) {
+            lanes0[i] = _mm256_setzero_si256();
+            lanes1[i] = _mm256_setzero_si256();
+          });
+          for (size_t c = 0; c < 8; ++c) {
+            // Sub-blocks 2c and 2c + 1: their scales, 8 int16 each.
+            const __m128i pattern =
+                _mm_load_si128(reinterpret_cast<const __m128i*>(kScalePatterns[c]));
+            const __m256i scales0v = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed0, pattern));
+            const __m256i scales1v = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed1, pattern));
+            const __m256i w0 = load(q0 + 32 * c);
+            const __m256i w1 = load(q0 + k + 32 * c);
+            unrolled<MR>([&](int i) {
+              const __m256i x = load(p.x_q + (row0 + i) * k + 256 * b + 32 * c);
+              lanes0[i] = _mm256_add_epi32(
+                  lanes0[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, x), scales0v));
+              lanes1[i] = _mm256_add_epi32(
+                  lanes1[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, x), scales1v));
+            });
+          }
+        },
+        sums);
+    __m256i min_sums[MR];
+    column_totals<MR>(
+        [&](size_t j, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+          const __m256i mins0 = load(p.decoded.mins + j * subs + 16 * b);
+          const __m256i mins1 = load(p.decoded.mins + (j + 1) * subs + 16 * b);
+          unrolled<MR>([&](int i) {
+            const __m256i bsums = load(p.x_bsums + (row0 + i) * subs + 16 * b);
+            lanes0[i] = _mm256_madd_epi16(mins0, bsums);
+            lanes1[i] = _mm256_madd_epi16(mins1, bsums);
+          });
+        },
+        min_sums);
+    add_super_lane_block<MR, kWithMin>(p, row0, b, sums, min_sums, acc);
+  }
+  store_super_lane_rows(p, row0, acc);
+}
+
+template <int kChain, bool kWithMin>
+void super_lanes(const SuperLaneGroupProblem& p) {
+  static_assert(kInterleaveMinRows == 4, "the decoded path takes 1 to 3 rows");
+  switch (p.m) {
+  case 1:
+    return super_rows_block<1, kWithMin>(p, 0);
+  case 2:
+    return super_rows_block<2, kWithMin>(p, 0);
+  case 3:
+    return super_rows_block<3, kWithMin>(p, 0);
+  default:
+    break;
+  }
+  size_t row = 0;
+  for (; row + 4 <= p.m; row += 4)
+    super_lanes_block<4, kChain, kWithMin>(p, row);
+  switch (p.m - row) {
+  case 3:
+    return super_lanes_block<3, kChain, kWithMin>(p, row);
+  case 2:
+    return super_lanes_block<2, kChain, kWithMin>(p, row);
+  case 1:
+    return super_lanes_block<1, kChain, kWithMin>(p, row);
+  default:
+    break;
+  }
 }
 
 } // namespace
@@ -353,12 +477,20 @@ void dot_group_avx2(const GroupProblem& p) {
     sweep<LegacyKernel<Legacy::kWithMin>, 3>(p);
     return;
   case QuantKind::kSuperWithMin:
-    sweep<Super<false>, 2>(p);
-    return;
   case QuantKind::kSuperOffset:
-    sweep<Super<true>, 2>(p);
-    return;
+    throw std::invalid_argument("dot_group_avx2: the K-quants take dot_super_lanes_avx2");
   }
+}
+
+void dot_super_lanes_avx2(const SuperLaneGroupProblem& p) {
+  const bool with_min = p.kind == QuantKind::kSuperWithMin;
+  if (p.kind != QuantKind::kSuperWithMin && p.kind != QuantKind::kSuperOffset)
+    throw std::invalid_argument("dot_super_lanes_avx2: not a K-quant kind");
+  if (p.quads_per_chain == 4)
+    return with_min ? super_lanes<4, true>(p) : super_lanes<4, false>(p);
+  if (p.quads_per_chain == 2)
+    return with_min ? super_lanes<2, true>(p) : super_lanes<2, false>(p);
+  throw std::invalid_argument("dot_super_lanes_avx2: quads_per_chain must be 2 or 4");
 }
 
 } // namespace caflm::detail

@@ -241,11 +241,12 @@ void decode_legacy(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restri
 }
 
 // One K-quant weight row (super-blocks of 256): unsigned quants, expanded
-// sub-block scales, mins, d and dmin.
+// sub-block scales, mins, d and dmin (those of super-block b at
+// d[b * scale_stride] and dmin[b * scale_stride]).
 template <TensorType kType>
 void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restrict__ q,
                   int8_t* __restrict__ scales_row, int16_t* __restrict__ mins_row,
-                  float* __restrict__ d, float* __restrict__ dmin) {
+                  float* __restrict__ d, float* __restrict__ dmin, size_t scale_stride) {
   const __m256i sixteen = _mm256_set1_epi8(16);
   const __m256i three = _mm256_set1_epi8(3);
   (void)sixteen;
@@ -256,8 +257,8 @@ void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restric
     int16_t* mins = mins_row + 16 * b;
     if constexpr (kType == TensorType::Q2_K) {
       const uint8_t* block = block_at<BlockQ2_K>(row, b);
-      d[b] = half(u16_at(block + offsetof(BlockQ2_K, d)));
-      dmin[b] = half(u16_at(block + offsetof(BlockQ2_K, dmin)));
+      d[b * scale_stride] = half(u16_at(block + offsetof(BlockQ2_K, d)));
+      dmin[b * scale_stride] = half(u16_at(block + offsetof(BlockQ2_K, dmin)));
       // Byte s: scale in the low nibble, min in the high one.
       const __m128i packed =
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ2_K, scales)));
@@ -273,7 +274,7 @@ void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restric
       }
     } else if constexpr (kType == TensorType::Q3_K) {
       const uint8_t* block = block_at<BlockQ3_K>(row, b);
-      d[b] = half(u16_at(block + offsetof(BlockQ3_K, d)));
+      d[b * scale_stride] = half(u16_at(block + offsetof(BlockQ3_K, d)));
       const __m128i scales8 = unpack_scales_q3_k(block + offsetof(BlockQ3_K, scales));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(scales), scales8);
       store(mins, _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales8), 2)); // 4 * scale
@@ -295,8 +296,8 @@ void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restric
       const uint8_t* block = five ? block_at<BlockQ5_K>(row, b) : block_at<BlockQ4_K>(row, b);
       // d, dmin and scales sit at the same offsets in both.
       static_assert(offsetof(BlockQ4_K, scales) == offsetof(BlockQ5_K, scales));
-      d[b] = half(u16_at(block + offsetof(BlockQ4_K, d)));
-      dmin[b] = half(u16_at(block + offsetof(BlockQ4_K, dmin)));
+      d[b * scale_stride] = half(u16_at(block + offsetof(BlockQ4_K, d)));
+      dmin[b * scale_stride] = half(u16_at(block + offsetof(BlockQ4_K, dmin)));
       const uint8_t* packed = block + offsetof(BlockQ4_K, scales);
       const uint8_t* qs = block + (five ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs));
       // Both 16-value halves of a 32-value sub-block share its scale and min.
@@ -327,7 +328,7 @@ void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restric
     } else {
       static_assert(kType == TensorType::Q6_K);
       const uint8_t* block = block_at<BlockQ6_K>(row, b);
-      d[b] = half(u16_at(block + offsetof(BlockQ6_K, d)));
+      d[b * scale_stride] = half(u16_at(block + offsetof(BlockQ6_K, d)));
       const __m128i scales8 =
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(scales), scales8);
@@ -353,7 +354,8 @@ void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restric
 }
 
 // The 8 x 8 transpose of 32-bit elements: out[t] lane j = in[j] lane t.
-void transpose_8x8_epi32(const __m256i (&in)[8], __m256i (&out)[8]) {
+inline __attribute__((always_inline)) void transpose_8x8_epi32(const __m256i (&in)[8],
+                                                               __m256i (&out)[8]) {
   __m256i t[8], u[8];
   for (int i = 0; i < 4; ++i) {
     t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
@@ -382,7 +384,14 @@ void decode_super_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, int8
                       int16_t* mins, float* d, float* dmin) {
   const size_t nb = k / 256;
   decode_super<kType>(row, nb, q + col * k, scales + col * (k / 16), mins + col * (k / 16),
-                      d + col * nb, dmin + col * nb);
+                      d + col * nb, dmin + col * nb, 1);
+}
+
+template <TensorType kType>
+void decode_super_lanes(const uint8_t* row, size_t k, size_t col, uint8_t* q, int8_t* scales,
+                        int16_t* mins, float* lane_d, float* lane_dmin) {
+  decode_super<kType>(row, k / 256, q + col * k, scales + col * (k / 16), mins + col * (k / 16),
+                      lane_d + col, lane_dmin + col, kLaneGroupCols);
 }
 
 } // namespace
@@ -548,6 +557,67 @@ void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t 
   }
 }
 
+void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
+                      int16_t* __restrict__ scales, int16_t* __restrict__ mins) {
+  const size_t subs = k / 16;
+  __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+  // Quants: 32 values (8 quads) of each column at a time.
+  for (size_t chunk = 0; chunk < k / 32; ++chunk) {
+    for (size_t j = 0; j < kLaneGroupCols; ++j)
+      in[j] = load32(w.q + j * k + 32 * chunk);
+    transpose_8x8_epi32(in, out);
+    for (size_t t = 0; t < 8; ++t)
+      store(q + (8 * chunk + t) * 32, out[t]);
+  }
+  // Scales: 8 sub-blocks of each column at a time, each widened to an int32
+  // lane holding the int16 scale twice.
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  for (size_t s0 = 0; s0 < subs; s0 += 8) {
+    for (size_t j = 0; j < kLaneGroupCols; ++j) {
+      int64_t eight;
+      std::memcpy(&eight, w.scales + j * subs + s0, 8);
+      const __m256i wide = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(eight));
+      in[j] = _mm256_or_si256(_mm256_and_si256(wide, low16), _mm256_slli_epi32(wide, 16));
+    }
+    transpose_8x8_epi32(in, out);
+    for (size_t t = 0; t < 8; ++t)
+      store(scales + 16 * (s0 + t), out[t]);
+  }
+  // Mins: 8 pairs of sub-blocks (one int32 each) of each column at a time.
+  for (size_t pair0 = 0; pair0 < subs / 2; pair0 += 8) {
+    for (size_t j = 0; j < kLaneGroupCols; ++j)
+      in[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.mins + j * subs + 2 * pair0));
+    transpose_8x8_epi32(in, out);
+    for (size_t t = 0; t < 8; ++t)
+      store(mins + 16 * (pair0 + t), out[t]);
+  }
+}
+
+void decode_super_row_lanes(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
+                            uint8_t* q, int8_t* scales, int16_t* mins, float* lane_d,
+                            float* lane_dmin) {
+  switch (type) {
+  case TensorType::Q2_K:
+    return decode_super_lanes<TensorType::Q2_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
+  case TensorType::Q3_K:
+    return decode_super_lanes<TensorType::Q3_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
+  case TensorType::Q4_K:
+    return decode_super_lanes<TensorType::Q4_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
+  case TensorType::Q5_K:
+    return decode_super_lanes<TensorType::Q5_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
+  case TensorType::Q6_K:
+    return decode_super_lanes<TensorType::Q6_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("decode_super_row_lanes: ") + to_string(type) +
+                              " is not a K-quant type");
+}
+
+int super_quads_per_chain(TensorType weight_type) {
+  return weight_type == TensorType::Q6_K ? 2 : 4;
+}
+
 void check_quantized_weight(const WeightView& w) {
   const size_t block = tensor_block_size(w.type);
   if (w.cols % block != 0) {
@@ -589,15 +659,29 @@ QuantizedRows QuantizedActivations::rows() const {
 
 namespace {
 
+// Calls group(col0, cols) for every group of `group_cols` output columns
+// (cols of them, fewer at the end) of an n-column product, tile by tile
+// across the OpenMP team (see quantized_tile_cols), on the calling thread
+// alone below kParallelMinMacs multiply-adds.
+template <typename GroupFn>
+void for_each_column_group(size_t n, size_t group_cols, size_t macs, GroupFn&& group) {
+  const size_t tile_width = quantized_tile_cols(n, group_cols);
+  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
+#pragma omp parallel for schedule(dynamic) if (macs >= kParallelMinMacs)
+  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+    const size_t col_begin = static_cast<size_t>(tile) * tile_width;
+    const size_t col_end = std::min(n, col_begin + tile_width);
+    for (size_t col0 = col_begin; col0 < col_end; col0 += group_cols)
+      group(col0, std::min(group_cols, col_end - col0));
+  }
+}
+
 // Q8_0 on AVX2: groups of kLaneGroupCols columns, interleaved, against all
-// rows of x. Tiles are handed out as quantized_linear's are.
+// rows of x.
 void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size_t k,
                       const QuantizedRows& rows, size_t m, float* __restrict__ y,
                       const float* __restrict__ bias) {
-  const size_t tile_width = quantized_tile_cols(n, kLaneGroupCols);
-  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
-#pragma omp parallel for schedule(dynamic) if (m * n * k >= kParallelMinMacs)
-  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+  for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     // This thread's interleaved column group, grown once.
     thread_local std::vector<uint8_t> q_abs;
     thread_local std::vector<int8_t> q;
@@ -605,30 +689,106 @@ void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size
     q_abs.resize(kLaneGroupCols * k);
     q.resize(kLaneGroupCols * k);
     d.resize(kLaneGroupCols * (k / 32));
-    const size_t col_begin = static_cast<size_t>(tile) * tile_width;
-    const size_t col_end = std::min(n, col_begin + tile_width);
-    for (size_t col0 = col_begin; col0 < col_end; col0 += kLaneGroupCols) {
-      const size_t cols = std::min(kLaneGroupCols, col_end - col0);
-      const uint8_t* group_rows = w_bytes + col0 * w_row_bytes;
-      if (m >= kInterleaveMinRows)
-        interleave_q8_0(group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
-      else
-        q8_0_lane_scales(group_rows, w_row_bytes, cols, k, d.data());
-      LaneGroupProblem p{};
-      p.rows = group_rows;
-      p.row_bytes = w_row_bytes;
-      p.k = k;
-      p.m = m;
-      p.x_q = rows.q;
-      p.x_d = rows.d;
-      p.w = InterleavedQ8_0{q_abs.data(), q.data(), d.data()};
-      p.cols = cols;
-      p.y = y + col0;
-      p.y_stride = n;
-      p.bias = bias != nullptr ? bias + col0 : nullptr;
-      dot_q8_0_lanes_avx2(p);
-    }
+    const uint8_t* group_rows = w_bytes + col0 * w_row_bytes;
+    if (m >= kInterleaveMinRows)
+      interleave_q8_0(group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
+    else
+      q8_0_lane_scales(group_rows, w_row_bytes, cols, k, d.data());
+    LaneGroupProblem p{};
+    p.rows = group_rows;
+    p.row_bytes = w_row_bytes;
+    p.k = k;
+    p.m = m;
+    p.x_q = rows.q;
+    p.x_d = rows.d;
+    p.w = InterleavedQ8_0{q_abs.data(), q.data(), d.data()};
+    p.cols = cols;
+    p.y = y + col0;
+    p.y_stride = n;
+    p.bias = bias != nullptr ? bias + col0 : nullptr;
+    dot_q8_0_lanes_avx2(p);
+  });
+}
+
+// One thread's scratch for a K-quant lane group of k-value columns.
+struct SuperLaneScratch {
+  size_t k = 0;
+  std::vector<uint8_t> q;      // decoded: [kLaneGroupCols, k]
+  std::vector<int8_t> scales;  // [kLaneGroupCols, k / 16]
+  std::vector<int16_t> mins;   // [kLaneGroupCols, k / 16]
+  std::vector<float> d;        // [k / 256, kLaneGroupCols]
+  std::vector<float> dmin;     // [k / 256, kLaneGroupCols]
+  std::vector<uint8_t> lane_q; // interleaved: InterleavedSuper's arrays
+  std::vector<int16_t> lane_scales;
+  std::vector<int16_t> lane_mins;
+
+  void fit(size_t columns_k) {
+    if (k == columns_k)
+      return;
+    k = columns_k;
+    q.resize(kLaneGroupCols * k);
+    scales.resize(kLaneGroupCols * k / 16);
+    mins.resize(kLaneGroupCols * k / 16);
+    d.resize(kLaneGroupCols * k / 256);
+    dmin.resize(kLaneGroupCols * k / 256);
+    lane_q.resize(kLaneGroupCols * k);
+    lane_scales.resize(2 * kLaneGroupCols * k / 16);
+    lane_mins.resize(kLaneGroupCols * k / 16);
   }
+};
+
+// The K-quants on AVX2: groups of kLaneGroupCols columns, decoded, then
+// interleaved where enough rows of x share the cost, against all rows of x.
+void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
+                       const QuantizedRows& rows, size_t m, float* __restrict__ y,
+                       const float* __restrict__ bias) {
+  const size_t k = w.cols;
+  const size_t n = w.rows;
+  const size_t nb = k / 256;
+  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
+    thread_local SuperLaneScratch scratch; // grown once per width
+    scratch.fit(k);
+    for (size_t j = 0; j < cols; ++j)
+      decode_super_row_lanes(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
+                             scratch.scales.data(), scratch.mins.data(), scratch.d.data(),
+                             scratch.dmin.data());
+    if (cols < kLaneGroupCols) {
+      // A ragged last group's missing columns: zeros, which the kernels
+      // read as they read the others.
+      std::fill(scratch.q.begin() + cols * k, scratch.q.end(), uint8_t{0});
+      std::fill(scratch.scales.begin() + cols * (k / 16), scratch.scales.end(), int8_t{0});
+      std::fill(scratch.mins.begin() + cols * (k / 16), scratch.mins.end(), int16_t{0});
+      for (size_t b = 0; b < nb; ++b)
+        for (size_t j = cols; j < kLaneGroupCols; ++j) {
+          scratch.d[kLaneGroupCols * b + j] = 0.0f;
+          scratch.dmin[kLaneGroupCols * b + j] = 0.0f;
+        }
+    }
+    const DecodedColumns decoded{scratch.q.data(), nullptr, nullptr, scratch.scales.data(),
+                                 scratch.mins.data()};
+    if (m >= kInterleaveMinRows)
+      interleave_super(decoded, k, scratch.lane_q.data(), scratch.lane_scales.data(),
+                       scratch.lane_mins.data());
+    SuperLaneGroupProblem p{};
+    p.kind = kind;
+    p.k = k;
+    p.m = m;
+    p.x_q = rows.q;
+    p.x_d = rows.d;
+    p.x_bsums = rows.bsums;
+    p.decoded = decoded;
+    p.w = InterleavedSuper{scratch.lane_q.data(), scratch.lane_scales.data(),
+                           scratch.lane_mins.data()};
+    p.d = scratch.d.data();
+    p.dmin = scratch.dmin.data();
+    p.quads_per_chain = super_quads_per_chain(w.type);
+    p.cols = cols;
+    p.y = y + col0;
+    p.y_stride = n;
+    p.bias = bias != nullptr ? bias + col0 : nullptr;
+    dot_super_lanes_avx2(p);
+  });
 }
 
 } // namespace
@@ -679,10 +839,11 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     q8_0_linear_avx2(w_bytes, w_row_bytes, n, k, rows, m, y, bias);
     return;
   }
-  const size_t tile_width = quantized_tile_cols(n, kGroupCols);
-  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
-#pragma omp parallel for schedule(dynamic) if (m * n * k >= kParallelMinMacs)
-  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+  if (is_super_kind(kind) && isa == MatmulIsa::Avx2) {
+    super_linear_avx2(w, w_row_bytes, kind, rows, m, y, bias);
+    return;
+  }
+  for_each_column_group(n, kGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     // This thread's unpacked column group, grown once.
     thread_local std::vector<uint8_t> q;
     thread_local std::vector<float> d;
@@ -695,36 +856,30 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     const bool super = is_super_kind(kind);
     scales.resize(super ? kGroupCols * k / 16 : 0);
     mins.resize(super ? kGroupCols * k / 16 : 0);
-
-    const size_t col_begin = static_cast<size_t>(tile) * tile_width;
-    const size_t col_end = std::min(n, col_begin + tile_width);
-    for (size_t col0 = col_begin; col0 < col_end; col0 += kGroupCols) {
-      const size_t cols = std::min(kGroupCols, col_end - col0);
-      for (size_t j = 0; j < cols; ++j) {
-        decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), d.data(),
-                          mm.data(), scales.data(), mins.data());
-      }
-      GroupProblem p{};
-      p.kind = kind;
-      p.k = k;
-      p.m = m;
-      p.x_q = xq;
-      p.x_d = xd;
-      p.x_s = xs;
-      p.x_bsums = xb;
-      p.w = DecodedColumns{q.data(), d.data(), mm.data(), scales.data(), mins.data()};
-      p.offset = stored_offset(w.type);
-      p.cols = cols;
-      p.y = y + col0;
-      p.y_stride = n;
-      p.bias = bias != nullptr ? bias + col0 : nullptr;
-      if (isa != MatmulIsa::Avx2) {
-        dot_group_avx512(p);
-      } else {
-        dot_group_avx2(p);
-      }
+    for (size_t j = 0; j < cols; ++j) {
+      decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), d.data(),
+                        mm.data(), scales.data(), mins.data());
     }
-  }
+    GroupProblem p{};
+    p.kind = kind;
+    p.k = k;
+    p.m = m;
+    p.x_q = xq;
+    p.x_d = xd;
+    p.x_s = xs;
+    p.x_bsums = xb;
+    p.w = DecodedColumns{q.data(), d.data(), mm.data(), scales.data(), mins.data()};
+    p.offset = stored_offset(w.type);
+    p.cols = cols;
+    p.y = y + col0;
+    p.y_stride = n;
+    p.bias = bias != nullptr ? bias + col0 : nullptr;
+    if (isa != MatmulIsa::Avx2) {
+      dot_group_avx512(p);
+    } else {
+      dot_group_avx2(p);
+    }
+  });
 }
 
 } // namespace caflm::detail

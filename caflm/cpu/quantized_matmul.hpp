@@ -163,6 +163,62 @@ struct LaneGroupProblem {
 };
 void dot_q8_0_lanes_avx2(const LaneGroupProblem& p);
 
+/// K-quant weight rows of one AVX2 column group (kLaneGroupCols columns,
+/// decoded as DecodedColumns, then interleaved): one vector holds the same
+/// 4 quants of all 8 columns, as in InterleavedQ8_0, and each sub-block's
+/// scales and each pair of sub-blocks' mins sit in the int32 lanes of their
+/// columns, ready for _mm256_madd_epi16.
+struct InterleavedSuper {
+  const uint8_t* q;      // [k / 4, kLaneGroupCols, 4] stored quants
+  const int16_t* scales; // [k / 16, kLaneGroupCols, 2] scale of sub-block s, twice
+  const int16_t* mins;   // [k / 32, kLaneGroupCols, 2] mins of sub-blocks 2t and 2t + 1
+};
+
+/// decode_weight_row for the K-quants, but with d and dmin in lanes: those
+/// of super-block b at lane_d[b * kLaneGroupCols + col] and lane_dmin (the
+/// latter for kSuperWithMin types only).
+void decode_super_row_lanes(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
+                            uint8_t* q, int8_t* scales, int16_t* mins, float* lane_d,
+                            float* lane_dmin);
+
+/// Interleaves a decoded K-quant group's kLaneGroupCols columns (k values
+/// each; q, scales and mins) into InterleavedSuper's layout.
+void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
+                      int16_t* __restrict__ scales, int16_t* __restrict__ mins);
+
+/// The most quants whose maddubs products one int16 lane can sum before a
+/// sub-block's scale is applied: 4 (a whole sub-block of 16), or 2 for
+/// stored quants above 31 (Q6_K's 0..63), since 2 * 128 * 63 * 2 is the most
+/// that fits under 32767.
+int super_quads_per_chain(TensorType weight_type);
+
+/// One AVX2 K-quant column group against all rows of x. Per output element
+/// and super-block b: the exact integer sums s_b = sum_s sc_s (w . x)_s and
+/// n_b = sum_s min_s bsum_s, then acc = fma(cvt(s_b) * d_x, d_w, acc) and
+/// acc = fnmadd(cvt(n_b) * d_x, dmin_w, acc) (kSuperWithMin), or acc =
+/// fma(cvt(s_b - n_b) * d_x, d_w, acc) (kSuperOffset), block after block;
+/// then + bias. Fewer than kInterleaveMinRows rows read the decoded columns,
+/// more the interleaved ones: the same integers summed another way, so the
+/// same bits.
+struct SuperLaneGroupProblem {
+  QuantKind kind; // kSuperWithMin or kSuperOffset
+  size_t k;
+  size_t m;
+  const int8_t* x_q;      // [m, k]
+  const float* x_d;       // [m, k / 256]
+  const int16_t* x_bsums; // [m, k / 16]
+  DecodedColumns decoded; // q, scales, mins of all 8 columns, zeros past cols
+  InterleavedSuper w;     // the same interleaved (m >= kInterleaveMinRows)
+  const float* d;         // [k / 256, kLaneGroupCols] decode_super_row_lanes()
+  const float* dmin;      // [k / 256, kLaneGroupCols] (kSuperWithMin)
+  int quads_per_chain;    // super_quads_per_chain(): 2 or 4
+  size_t cols;            // 1..kLaneGroupCols
+  float* y;               // y[r * y_stride + j] for column j of the group
+  size_t y_stride;
+  const float* bias; // [cols] or null
+};
+void dot_super_lanes_avx2(const SuperLaneGroupProblem& p);
+
 /// The dot kernels, one per instruction set (the AVX-512 and AMX ones live
 /// in translation units of their own, compiled with those enabled, and are
 /// only called when the CPU has them).
