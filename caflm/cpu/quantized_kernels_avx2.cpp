@@ -156,11 +156,11 @@ inline void column_totals(PairLanes&& pair_lanes, __m256i (&totals)[MR]) {
 // from row0 and the group's 8 columns at once: acc = fma(cvt(s_b) * d_w, d_x,
 // acc). Both lane kernels take them from here, so that their outputs agree
 // bit for bit.
+// w_d: the 8 columns' scales of block b.
 template <int MR>
-inline void add_lane_block(const LaneGroupProblem& p, size_t row0, size_t b,
+inline void add_lane_block(const LaneGroupProblem& p, size_t row0, size_t b, __m256 w_d,
                            const __m256i (&sums)[MR], __m256 (&acc)[MR]) {
   const size_t nb = p.k / 32;
-  const __m256 w_d = _mm256_loadu_ps(p.w.d + kLaneGroupCols * b);
   unrolled<MR>([&](int i) {
     const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
     acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), w_d), x_d, acc[i]);
@@ -204,11 +204,28 @@ __attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t
         // |w| times x with w's sign: int16 pairs of at most 2 * 128 * 127.
         sums[i] = _mm256_add_epi32(
             sums[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), ones));
+        // An opaque chain: GCC would otherwise reassociate the integer adds
+        // into a tree over all of the block's products, spilling them.
+        __asm__("" : "+v"(sums[i]));
       });
     }
-    add_lane_block<MR>(p, row0, b, sums, acc);
+    add_lane_block<MR>(p, row0, b, _mm256_loadu_ps(p.w.d + kLaneGroupCols * b), sums, acc);
   }
   store_lane_rows(p, row0, acc);
+}
+
+// The scales of block b of the group's columns read in place: one masked
+// gather of each row's 4 bytes at the block (its f16 scale, then 2 quants),
+// zeros past p.cols.
+inline __m256 q8_0_block_scales(const LaneGroupProblem& p, size_t b) {
+  const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(p.row_bytes)));
+  const __m256i words = _mm256_mask_i32gather_epi32(
+      _mm256_setzero_si256(), reinterpret_cast<const int*>(p.rows + b * sizeof(BlockQ8_0)), offsets,
+      tail_mask(p.cols), 1);
+  const __m256i halves = _mm256_and_si256(words, _mm256_set1_epi32(0xFFFF));
+  return _mm256_cvtph_ps(
+      _mm_packus_epi32(_mm256_castsi256_si128(halves), _mm256_extracti128_si256(halves, 1)));
 }
 
 // MR < kInterleaveMinRows rows of x against a Q8_0 group read in place:
@@ -241,7 +258,7 @@ __attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t 
           }
         },
         sums);
-    add_lane_block<MR>(p, row0, b, sums, acc);
+    add_lane_block<MR>(p, row0, b, q8_0_block_scales(p, b), sums, acc);
   }
   store_lane_rows(p, row0, acc);
 }
@@ -330,6 +347,7 @@ __attribute__((flatten)) void super_lanes_block(const SuperLaneGroupProblem& p, 
             chain = _mm256_add_epi16(chain, _mm256_maddubs_epi16(w[t], _mm256_set1_epi32(four)));
           });
           sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(chain, scales));
+          __asm__("" : "+v"(sums[i])); // an opaque chain, as in q8_0_lanes_block
         });
       }
     }

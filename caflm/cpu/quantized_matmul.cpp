@@ -523,16 +523,6 @@ void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t 
                               " is not supported");
 }
 
-void q8_0_lane_scales(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
-                      float* __restrict__ d) {
-  for (size_t b = 0; b < k / 32; ++b)
-    for (size_t j = 0; j < kLaneGroupCols; ++j)
-      d[kLaneGroupCols * b + j] =
-          j < cols
-              ? half(u16_at(block_at<BlockQ8_0>(rows + j * row_bytes, b) + offsetof(BlockQ8_0, d)))
-              : 0.0f;
-}
-
 void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
                      uint8_t* __restrict__ q_abs, int8_t* __restrict__ q, float* __restrict__ d) {
   const size_t nb = k / 32;
@@ -692,8 +682,6 @@ void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size
     const uint8_t* group_rows = w_bytes + col0 * w_row_bytes;
     if (m >= kInterleaveMinRows)
       interleave_q8_0(group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
-    else
-      q8_0_lane_scales(group_rows, w_row_bytes, cols, k, d.data());
     LaneGroupProblem p{};
     p.rows = group_rows;
     p.row_bytes = w_row_bytes;

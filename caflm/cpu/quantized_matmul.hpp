@@ -139,10 +139,6 @@ void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t 
 /// interleaved: interleaving costs more than it saves a row or three.
 inline constexpr size_t kInterleaveMinRows = 4;
 
-/// The block scales of InterleavedQ8_0 alone, for the rows read in place.
-void q8_0_lane_scales(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
-                      float* __restrict__ d);
-
 /// One AVX2 Q8_0 column group against all rows of x. Per output element: the
 /// exact integer dot product s_b of each block, then acc = fma(cvt(s_b) *
 /// d_w, d_x, acc) block after block, then + bias. Fewer than
@@ -155,7 +151,7 @@ struct LaneGroupProblem {
   const float* x_d;    // [m, k / 32]
   const uint8_t* rows; // the group's Q8_0 rows, row_bytes apart
   size_t row_bytes;
-  InterleavedQ8_0 w; // interleaved quants (m >= kInterleaveMinRows); scales always
+  InterleavedQ8_0 w; // interleaved quants and scales (m >= kInterleaveMinRows)
   size_t cols;       // 1..kLaneGroupCols
   float* y;          // y[r * y_stride + j] for column j of the group
   size_t y_stride;
