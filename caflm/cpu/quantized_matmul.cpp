@@ -666,6 +666,21 @@ void for_each_column_group(size_t n, size_t group_cols, size_t macs, GroupFn&& g
   }
 }
 
+// Asks for the weight rows of the group after [col0, col0 + cols) to be
+// brought into the caches while this group computes: the kernels read a
+// group's rows in one burst and then work from L1, so the hardware
+// prefetchers, which follow accesses, leave the next burst to wait on memory.
+void prefetch_next_group(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size_t col0,
+                         size_t cols) {
+  const size_t next = col0 + cols;
+  if (next >= n)
+    return;
+  const uint8_t* begin = w_bytes + next * w_row_bytes;
+  const size_t bytes = std::min(cols, n - next) * w_row_bytes;
+  for (size_t at = 0; at < bytes; at += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(begin + at), _MM_HINT_T0);
+}
+
 // Q8_0 on AVX2: groups of kLaneGroupCols columns, interleaved, against all
 // rows of x.
 void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size_t k,
@@ -680,6 +695,7 @@ void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size
     q.resize(kLaneGroupCols * k);
     d.resize(kLaneGroupCols * (k / 32));
     const uint8_t* group_rows = w_bytes + col0 * w_row_bytes;
+    prefetch_next_group(w_bytes, w_row_bytes, n, col0, cols);
     if (m >= kInterleaveMinRows)
       interleave_q8_0(group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
     LaneGroupProblem p{};
@@ -737,6 +753,7 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local SuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
+    prefetch_next_group(w_bytes, w_row_bytes, n, col0, cols);
     for (size_t j = 0; j < cols; ++j)
       decode_super_row_lanes(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
                              scratch.scales.data(), scratch.mins.data(), scratch.d.data(),
