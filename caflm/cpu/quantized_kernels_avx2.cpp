@@ -18,6 +18,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <stdexcept>
@@ -178,6 +179,20 @@ inline void store_lane_rows(const Problem& p, size_t row0, const __m256 (&acc)[M
   });
 }
 
+// Asks for part `slice` of `slices` equal parts of the next column group's
+// weight rows (next_bytes from next; see LaneGroupProblem::next). The
+// kernels spread these over their first rows' blocks: the next group's
+// burst of reads then finds its lines in the caches, where asking for them
+// all at once overflows the outstanding misses and loses most.
+inline void prefetch_next_slice(const uint8_t* next, size_t next_bytes, size_t slice,
+                                size_t slices) {
+  const size_t lines = (next_bytes + 63) / 64;
+  const size_t per_slice = (lines + slices - 1) / slices;
+  const size_t end = std::min(lines, (slice + 1) * per_slice);
+  for (size_t line = slice * per_slice; line < end; ++line)
+    _mm_prefetch(reinterpret_cast<const char*>(next + 64 * line), _MM_HINT_T0);
+}
+
 // MR rows of x against a Q8_0 lane group (see LaneGroupProblem).
 template <int MR>
 __attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t row0) {
@@ -187,6 +202,8 @@ __attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t
   __m256 acc[MR];
   unrolled<MR>([&](int i) { acc[i] = _mm256_setzero_ps(); });
   for (size_t b = 0; b < nb; ++b) {
+    if (row0 == 0)
+      prefetch_next_slice(p.next, p.next_bytes, b, nb);
     __m256i sums[MR];
     unrolled<MR>([&](int i) { sums[i] = _mm256_setzero_si256(); });
 #pragma GCC unroll 8
@@ -239,6 +256,7 @@ __attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t 
   __m256 acc[MR];
   unrolled<MR>([&](int i) { acc[i] = _mm256_setzero_ps(); });
   for (size_t b = 0; b < nb; ++b) {
+    prefetch_next_slice(p.next, p.next_bytes, b, nb);
     __m256i x[MR];
     unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 32 * b); });
     __m256i sums[MR];
@@ -329,6 +347,8 @@ __attribute__((flatten)) void super_lanes_block(const SuperLaneGroupProblem& p, 
     __m256i sums[MR];
     unrolled<MR>([&](int i) { sums[i] = _mm256_setzero_si256(); });
     for (size_t sub = 16 * b; sub < 16 * b + 16; ++sub) {
+      if (row0 == 0)
+        prefetch_next_slice(p.next, p.next_bytes, sub, subs);
       const __m256i scales = load(p.w.scales + 16 * sub);
 #pragma GCC unroll 2
       for (size_t chain_start = 4 * sub; chain_start < 4 * sub + 4; chain_start += kChain) {
@@ -378,6 +398,7 @@ __attribute__((flatten)) void super_rows_block(const SuperLaneGroupProblem& p, s
   const size_t subs = k / 16;
   alignas(32) float acc[MR][kLaneGroupCols] = {};
   for (size_t b = 0; b < nb; ++b) {
+    prefetch_next_slice(p.next, p.next_bytes, b, nb);
     __m256i sums[MR];
     column_totals<MR>(
         [&](size_t j, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace caflm::detail {
@@ -666,19 +668,12 @@ void for_each_column_group(size_t n, size_t group_cols, size_t macs, GroupFn&& g
   }
 }
 
-// Asks for the weight rows of the group after [col0, col0 + cols) to be
-// brought into the caches while this group computes: the kernels read a
-// group's rows in one burst and then work from L1, so the hardware
-// prefetchers, which follow accesses, leave the next burst to wait on memory.
-void prefetch_next_group(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size_t col0,
-                         size_t cols) {
+// The weight rows of the column group after [col0, col0 + cols) of an
+// n-column weight: where they start, and their bytes (0 after the last).
+std::pair<const uint8_t*, size_t> next_group_rows(const uint8_t* w_bytes, size_t w_row_bytes,
+                                                  size_t n, size_t col0, size_t cols) {
   const size_t next = col0 + cols;
-  if (next >= n)
-    return;
-  const uint8_t* begin = w_bytes + next * w_row_bytes;
-  const size_t bytes = std::min(cols, n - next) * w_row_bytes;
-  for (size_t at = 0; at < bytes; at += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(begin + at), _MM_HINT_T0);
+  return {w_bytes + next * w_row_bytes, next < n ? std::min(cols, n - next) * w_row_bytes : 0};
 }
 
 // Q8_0 on AVX2: groups of kLaneGroupCols columns, interleaved, against all
@@ -695,7 +690,6 @@ void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size
     q.resize(kLaneGroupCols * k);
     d.resize(kLaneGroupCols * (k / 32));
     const uint8_t* group_rows = w_bytes + col0 * w_row_bytes;
-    prefetch_next_group(w_bytes, w_row_bytes, n, col0, cols);
     if (m >= kInterleaveMinRows)
       interleave_q8_0(group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
     LaneGroupProblem p{};
@@ -710,6 +704,7 @@ void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size
     p.y = y + col0;
     p.y_stride = n;
     p.bias = bias != nullptr ? bias + col0 : nullptr;
+    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
     dot_q8_0_lanes_avx2(p);
   });
 }
@@ -753,7 +748,6 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local SuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
-    prefetch_next_group(w_bytes, w_row_bytes, n, col0, cols);
     for (size_t j = 0; j < cols; ++j)
       decode_super_row_lanes(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
                              scratch.scales.data(), scratch.mins.data(), scratch.d.data(),
@@ -792,6 +786,7 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
     p.y = y + col0;
     p.y_stride = n;
     p.bias = bias != nullptr ? bias + col0 : nullptr;
+    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
     dot_super_lanes_avx2(p);
   });
 }

@@ -156,6 +156,11 @@ struct LaneGroupProblem {
   float* y;          // y[r * y_stride + j] for column j of the group
   size_t y_stride;
   const float* bias; // [cols] or null
+  // The next group's rows (next_bytes from next, or none), asked for a
+  // slice per block while the first rows of this group compute, so that
+  // they arrive before that group starts.
+  const uint8_t* next;
+  size_t next_bytes;
 };
 void dot_q8_0_lanes_avx2(const LaneGroupProblem& p);
 
@@ -211,7 +216,9 @@ struct SuperLaneGroupProblem {
   size_t cols;            // 1..kLaneGroupCols
   float* y;               // y[r * y_stride + j] for column j of the group
   size_t y_stride;
-  const float* bias; // [cols] or null
+  const float* bias;   // [cols] or null
+  const uint8_t* next; // as LaneGroupProblem's
+  size_t next_bytes;
 };
 void dot_super_lanes_avx2(const SuperLaneGroupProblem& p);
 
