@@ -114,7 +114,8 @@ struct GroupProblem {
   const float* bias; // [cols] or null
 };
 
-/// Output columns the AVX2 Q8_0 kernel takes together: one per int32 lane.
+/// Output columns the AVX2 Q8_0 and K-quant kernels take together: one per
+/// int32 lane.
 inline constexpr size_t kLaneGroupCols = 8;
 
 /// Q8_0 weight rows of one AVX2 column group, interleaved so that one vector
