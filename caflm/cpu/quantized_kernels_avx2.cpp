@@ -459,9 +459,13 @@ void super_lanes(const SuperLaneGroupProblem& p) {
     break;
   }
   size_t row = 0;
-  for (; row + 4 <= p.m; row += 4)
-    super_lanes_block<4, kChain, kWithMin>(p, row);
+  for (; row + 6 <= p.m; row += 6)
+    super_lanes_block<6, kChain, kWithMin>(p, row);
   switch (p.m - row) {
+  case 5:
+    return super_lanes_block<5, kChain, kWithMin>(p, row);
+  case 4:
+    return super_lanes_block<4, kChain, kWithMin>(p, row);
   case 3:
     return super_lanes_block<3, kChain, kWithMin>(p, row);
   case 2:
