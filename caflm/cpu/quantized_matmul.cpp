@@ -381,19 +381,31 @@ void decode_legacy_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, flo
   decode_legacy<kType>(row, nb, q + col * k, d + col * nb, m + col * nb);
 }
 
-template <TensorType kType>
-void decode_super_any(const uint8_t* row, size_t k, size_t col, uint8_t* q, int8_t* scales,
-                      int16_t* mins, float* d, float* dmin) {
+// One K-quant row of `type` into column `col` of a decoded group (q, scales
+// and mins as DecodedColumns lays them out); d and dmin of super-block b at
+// d[b * scale_stride] and dmin[b * scale_stride].
+void decode_super_row(TensorType type, const uint8_t* row, size_t k, size_t col, uint8_t* q,
+                      int8_t* scales, int16_t* mins, float* d, float* dmin, size_t scale_stride) {
   const size_t nb = k / 256;
-  decode_super<kType>(row, nb, q + col * k, scales + col * (k / 16), mins + col * (k / 16),
-                      d + col * nb, dmin + col * nb, 1);
-}
-
-template <TensorType kType>
-void decode_super_lanes(const uint8_t* row, size_t k, size_t col, uint8_t* q, int8_t* scales,
-                        int16_t* mins, float* lane_d, float* lane_dmin) {
-  decode_super<kType>(row, k / 256, q + col * k, scales + col * (k / 16), mins + col * (k / 16),
-                      lane_d + col, lane_dmin + col, kLaneGroupCols);
+  q += col * k;
+  scales += col * (k / 16);
+  mins += col * (k / 16);
+  switch (type) {
+  case TensorType::Q2_K:
+    return decode_super<TensorType::Q2_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
+  case TensorType::Q3_K:
+    return decode_super<TensorType::Q3_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
+  case TensorType::Q4_K:
+    return decode_super<TensorType::Q4_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
+  case TensorType::Q5_K:
+    return decode_super<TensorType::Q5_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
+  case TensorType::Q6_K:
+    return decode_super<TensorType::Q6_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("linear: weight type ") + to_string(type) +
+                              " is not a K-quant type");
 }
 
 } // namespace
@@ -509,15 +521,13 @@ void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t 
   case TensorType::Q8_0:
     return decode_legacy_any<TensorType::Q8_0>(row, k, col, q, d, m);
   case TensorType::Q2_K:
-    return decode_super_any<TensorType::Q2_K>(row, k, col, q, scales, mins, d, m);
   case TensorType::Q3_K:
-    return decode_super_any<TensorType::Q3_K>(row, k, col, q, scales, mins, d, m);
   case TensorType::Q4_K:
-    return decode_super_any<TensorType::Q4_K>(row, k, col, q, scales, mins, d, m);
   case TensorType::Q5_K:
-    return decode_super_any<TensorType::Q5_K>(row, k, col, q, scales, mins, d, m);
-  case TensorType::Q6_K:
-    return decode_super_any<TensorType::Q6_K>(row, k, col, q, scales, mins, d, m);
+  case TensorType::Q6_K: {
+    const size_t nb = k / 256;
+    return decode_super_row(type, row, k, col, q, scales, mins, d + col * nb, m + col * nb, 1);
+  }
   default:
     break;
   }
@@ -588,22 +598,8 @@ void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q
 void decode_super_row_lanes(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
                             uint8_t* q, int8_t* scales, int16_t* mins, float* lane_d,
                             float* lane_dmin) {
-  switch (type) {
-  case TensorType::Q2_K:
-    return decode_super_lanes<TensorType::Q2_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
-  case TensorType::Q3_K:
-    return decode_super_lanes<TensorType::Q3_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
-  case TensorType::Q4_K:
-    return decode_super_lanes<TensorType::Q4_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
-  case TensorType::Q5_K:
-    return decode_super_lanes<TensorType::Q5_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
-  case TensorType::Q6_K:
-    return decode_super_lanes<TensorType::Q6_K>(row, k, col, q, scales, mins, lane_d, lane_dmin);
-  default:
-    break;
-  }
-  throw std::invalid_argument(std::string("decode_super_row_lanes: ") + to_string(type) +
-                              " is not a K-quant type");
+  decode_super_row(type, row, k, col, q, scales, mins, lane_d + col, lane_dmin + col,
+                   kLaneGroupCols);
 }
 
 int super_quads_per_chain(TensorType weight_type) {
