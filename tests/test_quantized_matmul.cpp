@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -209,6 +211,37 @@ TEST_CASE("embedding_lookup decodes rows of every quantized type as ggml does",
       INFO(to_string(type) << " token " << tokens[i]);
       REQUIRE(std::memcmp(out.data() + i * kDim, rows.data() + tokens[i] * kDim,
                           kDim * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("column tiles cover every column once, evenly across the team", "[quantized_matmul]") {
+  for (size_t threads : {1, 2, 3, 8, 16}) {
+    for (size_t group_cols : {kGroupCols, kLaneGroupCols, kAmxGroupCols}) {
+      for (size_t n : {0, 1, 7, 64, 192, 576, 768, 1000, 1536, 2048, 32000}) {
+        const ColumnTiles tiles = quantized_column_tiles(n, group_cols, threads);
+        INFO(n << " columns in groups of " << group_cols << " on " << threads << " threads");
+        REQUIRE(tiles.begin(0) == 0);
+        REQUIRE(tiles.begin(tiles.tiles) == n);
+        size_t fewest = SIZE_MAX, most = 0;
+        for (size_t t = 0; t < tiles.tiles; ++t) {
+          const size_t begin = tiles.begin(t), end = tiles.begin(t + 1);
+          REQUIRE(begin <= end);
+          REQUIRE(begin % group_cols == 0);
+          REQUIRE(end - begin <= std::max<size_t>(64, group_cols));
+          const size_t groups = (end - begin + group_cols - 1) / group_cols;
+          fewest = std::min(fewest, groups);
+          most = std::max(most, groups);
+        }
+        if (n == 0)
+          continue;
+        // Never an empty tile, and one group at most between any two: no
+        // thread is left with a whole tile to itself while the others wait.
+        REQUIRE(fewest >= 1);
+        REQUIRE(most - fewest <= 1);
+        // Whole rounds of the team, unless every tile is one group.
+        REQUIRE((tiles.tiles % threads == 0 || most == 1));
+      }
     }
   }
 }

@@ -419,10 +419,17 @@ static_assert(kMaxTileCols % kGroupCols == 0 && kMaxTileCols % kAmxGroupCols == 
 
 } // namespace
 
-size_t quantized_tile_cols(size_t n, size_t group_cols) {
-  const size_t tiles = 4 * static_cast<size_t>(std::max(1, omp_get_max_threads()));
-  const size_t groups = std::max<size_t>(1, (n + tiles * group_cols - 1) / (tiles * group_cols));
-  return std::min(kMaxTileCols, groups * group_cols);
+ColumnTiles quantized_column_tiles(size_t n, size_t group_cols, size_t threads) {
+  threads = std::max<size_t>(1, threads);
+  ColumnTiles t;
+  t.n = n;
+  t.group_cols = group_cols;
+  t.groups = (n + group_cols - 1) / group_cols;
+  const size_t max_groups = std::max<size_t>(1, kMaxTileCols / group_cols);
+  const size_t wanted = std::max(4 * threads, (t.groups + max_groups - 1) / max_groups);
+  // Rounded up to whole rounds of the team; never a tile without a group.
+  t.tiles = std::max<size_t>(1, std::min(t.groups, (wanted + threads - 1) / threads * threads));
+  return t;
 }
 
 QuantKind quant_kind(TensorType weight_type) {
@@ -649,16 +656,17 @@ namespace {
 
 // Calls group(col0, cols) for every group of `group_cols` output columns
 // (cols of them, fewer at the end) of an n-column product, tile by tile
-// across the OpenMP team (see quantized_tile_cols), on the calling thread
+// across the OpenMP team (see quantized_column_tiles), on the calling thread
 // alone below kParallelMinMacs multiply-adds.
 template <typename GroupFn>
 void for_each_column_group(size_t n, size_t group_cols, size_t macs, GroupFn&& group) {
-  const size_t tile_width = quantized_tile_cols(n, group_cols);
-  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
+  const ColumnTiles tiles =
+      quantized_column_tiles(n, group_cols, static_cast<size_t>(omp_get_max_threads()));
+  const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
 #pragma omp parallel for schedule(dynamic) if (macs >= kParallelMinMacs)
   for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
-    const size_t col_begin = static_cast<size_t>(tile) * tile_width;
-    const size_t col_end = std::min(n, col_begin + tile_width);
+    const size_t col_begin = tiles.begin(static_cast<size_t>(tile));
+    const size_t col_end = tiles.begin(static_cast<size_t>(tile) + 1);
     for (size_t col0 = col_begin; col0 < col_end; col0 += group_cols)
       group(col0, std::min(group_cols, col_end - col0));
   }

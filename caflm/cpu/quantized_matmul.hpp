@@ -2,6 +2,7 @@
 
 #include "caflm/cpu/cpu_matmul.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -322,12 +323,26 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
 /// thread.
 inline constexpr size_t kParallelMinMacs = size_t{1} << 18;
 
-/// Tile width for n columns in groups of `group_cols`: about 4 tiles per
-/// thread so that dynamic scheduling can even out the load (decode has few
-/// columns to share), whole column groups, at most 64 columns. Which thread
-/// computes a column, and in which tile, never changes its bits: the width
-/// is free to follow the thread count.
-size_t quantized_tile_cols(size_t n, size_t group_cols);
+/// How quantized_linear shares an n-column product out among an OpenMP team
+/// of `threads`: whole groups of `group_cols` columns in tiles of nearly equal
+/// size (their group counts differ by one at most), at most 64 columns each,
+/// about 4 tiles per thread and a multiple of the thread count. Dynamic
+/// scheduling then evens out a thread slowed by other work, while equal
+/// threads finish together: a last tile left to one thread alone idles the
+/// rest (9 tiles of 8 groups on 2 threads idled one for a ninth of a
+/// 576-column product). Which thread computes a column, and in which tile,
+/// never changes its bits: the tiling is free to follow the thread count.
+struct ColumnTiles {
+  size_t n = 0;
+  size_t group_cols = 0;
+  size_t groups = 0; // ceil(n / group_cols)
+  size_t tiles = 0;
+
+  /// The first column of tile t (n for t == tiles).
+  size_t begin(size_t t) const { return std::min(n, t * groups / tiles * group_cols); }
+};
+
+ColumnTiles quantized_column_tiles(size_t n, size_t group_cols, size_t threads);
 
 /// Throws std::invalid_argument, naming the type, when `w`'s rows are not
 /// whole blocks of its type.

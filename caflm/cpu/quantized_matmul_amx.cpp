@@ -122,8 +122,9 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
 
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
   const size_t w_row_bytes = tensor_row_bytes(w.type, k);
-  const size_t tile_width = quantized_tile_cols(n, kAmxGroupCols);
-  const auto n_tiles = static_cast<ptrdiff_t>((n + tile_width - 1) / tile_width);
+  const ColumnTiles tiles =
+      quantized_column_tiles(n, kAmxGroupCols, static_cast<size_t>(omp_get_max_threads()));
+  const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
 #pragma omp parallel if (m * n * k >= kParallelMinMacs)
   {
     amx_begin(kind);
@@ -131,8 +132,8 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
     for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
       thread_local AmxGroupScratch scratch;
       scratch.resize(kind, k);
-      const size_t col_begin = static_cast<size_t>(tile) * tile_width;
-      const size_t col_end = std::min(n, col_begin + tile_width);
+      const size_t col_begin = tiles.begin(static_cast<size_t>(tile));
+      const size_t col_end = tiles.begin(static_cast<size_t>(tile) + 1);
       for (size_t col0 = col_begin; col0 < col_end; col0 += kAmxGroupCols) {
         const size_t cols = std::min(kAmxGroupCols, col_end - col0);
         // A whole group of Q8_0 with no rows left for the AVX-512 kernels
