@@ -1,12 +1,12 @@
 // The AVX2 dot kernels of quantized linear layers (see quantized_matmul.hpp).
 //
-// Per output element the float operations are, for Q8_0, one scalar chain
-// acc = fma(cvt(s_b) * d_w, d_x, acc) over the exact block sums s_b (eight
-// outputs side by side in the lanes of one vector; see LaneGroupProblem),
-// then + bias. For the other legacy kinds, one
-// 8-lane accumulator taking fma(cvt(block sums) * d_x, d_w) block by block
-// (block sums: 8 int32 lanes, lane l the 4 products 4l..4l+3 of the block,
-// exact whichever way the quants are stored), plus, with a min, a scalar
+// Per output element the float operations are, for Q8_0, Q4_0 and Q5_0 (the
+// latter two read as Q8_0 quants of the same values: SignedBlocks), one
+// scalar chain acc = fma(cvt(s_b) * d_w, d_x, acc) over the exact block sums
+// s_b (eight outputs side by side in the lanes of one vector; see
+// LaneGroupProblem), then + bias. For Q4_1 and Q5_1, one 8-lane accumulator
+// taking fma(cvt(block sums) * d_x, d_w) block by block (block sums: 8 int32
+// lanes, lane l the 4 products 4l..4l+3 of the block), plus a scalar
 // fma(m_w, s_x) chain; then a fixed horizontal sum of the lanes, + the scalar
 // chain, + bias. For the K kinds, also one output per lane: per super-block
 // the exact integer sums s_b of scale * quant * x and n_b of min * bsum, then
@@ -22,8 +22,10 @@
 #include <cstddef>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
+#include "caflm/cpu/signed_blocks.hpp"
 #include "caflm/cpu/simd_helpers.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
 
@@ -35,18 +37,13 @@ inline __m256i load(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-// How a legacy kernel takes the weight quants: stored with an offset taken
-// back through sum(x) (Q4_0, Q5_0), or unsigned with a min (Q4_1, Q5_1).
-// Q8_0's signed quants take the lane kernels below.
-enum class Legacy { kOffset, kWithMin };
-
-template <int MR, int NR, Legacy kMode>
+// MR rows x NR columns of a Q4_1 or Q5_1 group (unsigned quants with a
+// min); the signed legacy types take the lane kernels below.
+template <int MR, int NR>
 __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, size_t col0) {
   const size_t k = p.k;
   const size_t nb = k / 32;
-  constexpr bool kWithMin = kMode == Legacy::kWithMin;
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(p.offset));
   __m256 acc[MR][NR];
   float summ[MR][NR];
   unrolled<MR>([&](int i) {
@@ -60,33 +57,20 @@ __attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, s
       const size_t row = row0 + i;
       const __m256i x = load(p.x_q + row * k + 32 * b);
       const __m256 x_d = _mm256_set1_ps(p.x_d[row * nb + b]);
-      // offset * x summed as the block sums below are (lane l: x 4l..4l+3).
-      __m256i offset_sums = _mm256_setzero_si256();
-      if constexpr (kMode == Legacy::kOffset) {
-        offset_sums = _mm256_madd_epi16(_mm256_maddubs_epi16(offset, x), ones);
-      }
       unrolled<NR>([&](int j) {
         const size_t col = col0 + j;
         const uint8_t* w = p.w.q + col * k + 32 * b;
-        __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(w), x), ones);
-        if constexpr (kMode == Legacy::kOffset) {
-          lanes = _mm256_sub_epi32(lanes, offset_sums);
-        }
+        const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(w), x), ones);
         const __m256 sums = _mm256_cvtepi32_ps(lanes);
         acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(sums, x_d), _mm256_set1_ps(p.w.d[col * nb + b]),
                                     acc[i][j]);
-        if constexpr (kWithMin) {
-          summ[i][j] = __builtin_fmaf(p.w.m[col * nb + b], p.x_s[row * nb + b], summ[i][j]);
-        }
+        summ[i][j] = __builtin_fmaf(p.w.m[col * nb + b], p.x_s[row * nb + b], summ[i][j]);
       });
     });
   }
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < NR; ++j) {
-      float sum = hsum8(acc[i][j]);
-      if constexpr (kWithMin) {
-        sum += summ[i][j];
-      }
+      const float sum = hsum8(acc[i][j]) + summ[i][j];
       p.y[(row0 + i) * p.y_stride + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
     }
   }
@@ -118,11 +102,10 @@ void sweep(const GroupProblem& p) {
   }
 }
 
-template <Legacy kMode>
 struct LegacyKernel {
   template <int MR, int NR>
   static void block(const GroupProblem& p, size_t row0, size_t col0) {
-    legacy_block<MR, NR, kMode>(p, row0, col0);
+    legacy_block<MR, NR>(p, row0, col0);
   }
 };
 
@@ -232,24 +215,30 @@ __attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t
 }
 
 // The scales of block b of the group's columns read in place: one masked
-// gather of each row's 4 bytes at the block (its f16 scale, then 2 quants),
+// gather of each row's 4 bytes at the block (its f16 scale, then 2 more),
 // zeros past p.cols.
-inline __m256 q8_0_block_scales(const LaneGroupProblem& p, size_t b) {
+template <TensorType kType>
+inline __m256 signed_block_scales(const LaneGroupProblem& p, size_t b) {
+  using Block = typename SignedBlocks<kType>::Block;
   const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                              _mm256_set1_epi32(static_cast<int>(p.row_bytes)));
   const __m256i words = _mm256_mask_i32gather_epi32(
-      _mm256_setzero_si256(), reinterpret_cast<const int*>(p.rows + b * sizeof(BlockQ8_0)), offsets,
+      _mm256_setzero_si256(), reinterpret_cast<const int*>(p.rows + b * sizeof(Block)), offsets,
       tail_mask(p.cols), 1);
   const __m256i halves = _mm256_and_si256(words, _mm256_set1_epi32(0xFFFF));
   return _mm256_cvtph_ps(
       _mm_packus_epi32(_mm256_castsi256_si128(halves), _mm256_extracti128_si256(halves, 1)));
 }
 
-// MR < kInterleaveMinRows rows of x against a Q8_0 group read in place:
-// each column's 8 lanes of 4 products, summed across lanes into one lane per
-// column (exact), then the same float steps (add_lane_block).
-template <int MR>
-__attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t row0) {
+// MR < kInterleaveMinRows rows of x against a group of kType blocks read in
+// place: each column's 8 lanes of 4 products, summed across lanes into one
+// lane per column (exact), then the same float steps (add_lane_block). Q4_0
+// and Q5_0 multiply their stored, unsigned quants and take kOffset * sum(x)
+// back from each column's total (the same integers).
+template <int MR, TensorType kType>
+__attribute__((flatten)) void signed_rows_block(const LaneGroupProblem& p, size_t row0) {
+  using Blocks = SignedBlocks<kType>;
+  constexpr bool kStoredOffset = Blocks::kOffset != 0;
   const size_t k = p.k;
   const size_t nb = k / 32;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -259,26 +248,61 @@ __attribute__((flatten)) void q8_0_rows_block(const LaneGroupProblem& p, size_t 
     prefetch_next_slice(p.next, p.next_bytes, b, nb);
     __m256i x[MR];
     unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 32 * b); });
+    // Column j's 8 lanes of products with each row.
+    const auto column = [&](size_t j, __m256i(&lanes)[MR]) {
+      const uint8_t* block = p.rows + j * p.row_bytes + b * sizeof(typename Blocks::Block);
+      if constexpr (kStoredOffset) {
+        // (A missing column's lane, -kOffset * sum(x) below, is scaled by 0
+        // and never stored.)
+        const __m256i w = j < p.cols ? Blocks::stored(block) : _mm256_setzero_si256();
+        unrolled<MR>(
+            [&](int i) { lanes[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x[i]), ones); });
+      } else {
+        const __m256i w = j < p.cols ? Blocks::quants(block) : _mm256_setzero_si256();
+        const __m256i w_abs = _mm256_abs_epi8(w);
+        unrolled<MR>([&](int i) {
+          lanes[i] =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[i], w)), ones);
+        });
+      }
+    };
     __m256i sums[MR];
     column_totals<MR>(
         [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
-          __m256i* const out[2] = {lanes0, lanes1};
-          for (size_t c = 0; c < 2; ++c) {
-            const size_t j = j0 + c;
-            const __m256i w = j < p.cols ? load(p.rows + j * p.row_bytes + b * sizeof(BlockQ8_0) +
-                                                offsetof(BlockQ8_0, qs))
-                                         : _mm256_setzero_si256();
-            const __m256i w_abs = _mm256_abs_epi8(w);
-            unrolled<MR>([&](int i) {
-              out[c][i] =
-                  _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[i], w)), ones);
-            });
-          }
+          column(j0, lanes0);
+          column(j0 + 1, lanes1);
         },
         sums);
-    add_lane_block<MR>(p, row0, b, q8_0_block_scales(p, b), sums, acc);
+    if constexpr (kStoredOffset) {
+      const __m256i offset = _mm256_set1_epi8(static_cast<char>(Blocks::kOffset));
+      unrolled<MR>([&](int i) {
+        // kOffset * sum(x) in every lane.
+        __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(offset, x[i]), ones);
+        lanes = _mm256_add_epi32(lanes, _mm256_permute2x128_si256(lanes, lanes, 1));
+        lanes = _mm256_add_epi32(lanes, _mm256_shuffle_epi32(lanes, _MM_SHUFFLE(1, 0, 3, 2)));
+        lanes = _mm256_add_epi32(lanes, _mm256_shuffle_epi32(lanes, _MM_SHUFFLE(2, 3, 0, 1)));
+        sums[i] = _mm256_sub_epi32(sums[i], lanes);
+      });
+    }
+    add_lane_block<MR>(p, row0, b, signed_block_scales<kType>(p, b), sums, acc);
   }
   store_lane_rows(p, row0, acc);
+}
+
+template <TensorType kType>
+void signed_rows(const LaneGroupProblem& p) {
+  static_assert(kInterleaveMinRows == 4, "the in-place path takes 1 to 3 rows");
+  switch (p.m) {
+  case 1:
+    return signed_rows_block<1, kType>(p, 0);
+  case 2:
+    return signed_rows_block<2, kType>(p, 0);
+  case 3:
+    return signed_rows_block<3, kType>(p, 0);
+  default:
+    break;
+  }
+  throw std::invalid_argument("dot_q8_0_lanes_avx2: the in-place path takes 1 to 3 rows");
 }
 
 // Byte patterns picking sub-block scales 2c (8 times) and 2c + 1 (8 times)
@@ -480,16 +504,18 @@ void super_lanes(const SuperLaneGroupProblem& p) {
 } // namespace
 
 void dot_q8_0_lanes_avx2(const LaneGroupProblem& p) {
-  static_assert(kInterleaveMinRows == 4, "the in-place path takes 1 to 3 rows");
-  switch (p.m) {
-  case 1:
-    return q8_0_rows_block<1>(p, 0);
-  case 2:
-    return q8_0_rows_block<2>(p, 0);
-  case 3:
-    return q8_0_rows_block<3>(p, 0);
-  default:
-    break;
+  if (p.m < kInterleaveMinRows) {
+    switch (p.type) {
+    case TensorType::Q8_0:
+      return signed_rows<TensorType::Q8_0>(p);
+    case TensorType::Q4_0:
+      return signed_rows<TensorType::Q4_0>(p);
+    case TensorType::Q5_0:
+      return signed_rows<TensorType::Q5_0>(p);
+    default:
+      throw std::invalid_argument(std::string("dot_q8_0_lanes_avx2: ") + to_string(p.type) +
+                                  " blocks are not Q8_0, Q4_0 or Q5_0");
+    }
   }
   size_t row = 0;
   for (; row + 4 <= p.m; row += 4)
@@ -512,12 +538,10 @@ void dot_q8_0_lanes_avx2(const LaneGroupProblem& p) {
 void dot_group_avx2(const GroupProblem& p) {
   switch (p.kind) {
   case QuantKind::kLegacySigned:
-    throw std::invalid_argument("dot_group_avx2: Q8_0 takes dot_q8_0_lanes_avx2");
   case QuantKind::kLegacyOffset:
-    sweep<LegacyKernel<Legacy::kOffset>, 3>(p);
-    return;
+    throw std::invalid_argument("dot_group_avx2: Q8_0, Q4_0 and Q5_0 take dot_q8_0_lanes_avx2");
   case QuantKind::kLegacyWithMin:
-    sweep<LegacyKernel<Legacy::kWithMin>, 3>(p);
+    sweep<LegacyKernel, 3>(p);
     return;
   case QuantKind::kSuperWithMin:
   case QuantKind::kSuperOffset:

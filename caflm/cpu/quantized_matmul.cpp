@@ -1,5 +1,6 @@
 #include "caflm/cpu/quantized_matmul.hpp"
 
+#include "caflm/cpu/signed_blocks.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
 
 #include <immintrin.h>
@@ -148,22 +149,6 @@ void quantize_block_q8_k(const float* __restrict__ x, int8_t* __restrict__ q, fl
     bsums[j] = static_cast<int16_t>(sum);
   }
   *d = 1.0f / iscale;
-}
-
-// The 32 bits of `bits` as bytes: 0xFF where set, 0 where clear (byte j for bit j).
-__m256i expand_bits(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-}
-
-// Low and high nibbles of 16 bytes: bytes 0-15 the low, 16-31 the high ones.
-inline __m256i nibbles(const uint8_t* qs) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
 void store(void* p, __m256i v) {
@@ -542,16 +527,20 @@ void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t 
                               " is not supported");
 }
 
-void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
-                     uint8_t* __restrict__ q_abs, int8_t* __restrict__ q, float* __restrict__ d) {
+namespace {
+
+template <TensorType kType>
+void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
+                       uint8_t* __restrict__ q_abs, int8_t* __restrict__ q, float* __restrict__ d) {
+  using Blocks = SignedBlocks<kType>;
   const size_t nb = k / 32;
   for (size_t b = 0; b < nb; ++b) {
     __m256i in[kLaneGroupCols], out[kLaneGroupCols];
     for (size_t j = 0; j < kLaneGroupCols; ++j) {
       if (j < cols) {
-        const uint8_t* block = block_at<BlockQ8_0>(rows + j * row_bytes, b);
-        in[j] = load32(block + offsetof(BlockQ8_0, qs));
-        d[kLaneGroupCols * b + j] = half(u16_at(block + offsetof(BlockQ8_0, d)));
+        const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
+        in[j] = Blocks::quants(block);
+        d[kLaneGroupCols * b + j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
       } else {
         in[j] = _mm256_setzero_si256();
         d[kLaneGroupCols * b + j] = 0.0f;
@@ -564,6 +553,25 @@ void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t 
       store(q_abs + at, _mm256_abs_epi8(out[t]));
     }
   }
+}
+
+} // namespace
+
+void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                     size_t cols, size_t k, uint8_t* __restrict__ q_abs, int8_t* __restrict__ q,
+                     float* __restrict__ d) {
+  switch (type) {
+  case TensorType::Q8_0:
+    return interleave_signed<TensorType::Q8_0>(rows, row_bytes, cols, k, q_abs, q, d);
+  case TensorType::Q4_0:
+    return interleave_signed<TensorType::Q4_0>(rows, row_bytes, cols, k, q_abs, q, d);
+  case TensorType::Q5_0:
+    return interleave_signed<TensorType::Q5_0>(rows, row_bytes, cols, k, q_abs, q, d);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("interleave_q8_0: ") + to_string(type) +
+                              " blocks are not Q8_0, Q4_0 or Q5_0");
 }
 
 void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
@@ -680,10 +688,10 @@ std::pair<const uint8_t*, size_t> next_group_rows(const uint8_t* w_bytes, size_t
   return {w_bytes + next * w_row_bytes, next < n ? std::min(cols, n - next) * w_row_bytes : 0};
 }
 
-// Q8_0 on AVX2: groups of kLaneGroupCols columns, interleaved, against all
-// rows of x.
-void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size_t k,
-                      const QuantizedRows& rows, size_t m, float* __restrict__ y,
+// Q8_0, Q4_0 and Q5_0 on AVX2: groups of kLaneGroupCols columns,
+// interleaved as Q8_0 quants, against all rows of x.
+void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_bytes, size_t n,
+                      size_t k, const QuantizedRows& rows, size_t m, float* __restrict__ y,
                       const float* __restrict__ bias) {
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     // This thread's interleaved column group, grown once.
@@ -695,8 +703,9 @@ void q8_0_linear_avx2(const uint8_t* w_bytes, size_t w_row_bytes, size_t n, size
     d.resize(kLaneGroupCols * (k / 32));
     const uint8_t* group_rows = w_bytes + col0 * w_row_bytes;
     if (m >= kInterleaveMinRows)
-      interleave_q8_0(group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
+      interleave_q8_0(type, group_rows, w_row_bytes, cols, k, q_abs.data(), q.data(), d.data());
     LaneGroupProblem p{};
+    p.type = type;
     p.rows = group_rows;
     p.row_bytes = w_row_bytes;
     p.k = k;
@@ -839,8 +848,9 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     return;
   }
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  if (kind == QuantKind::kLegacySigned && isa == MatmulIsa::Avx2) {
-    q8_0_linear_avx2(w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+  if ((kind == QuantKind::kLegacySigned || kind == QuantKind::kLegacyOffset) &&
+      isa == MatmulIsa::Avx2) {
+    q8_0_linear_avx2(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
     return;
   }
   if (is_super_kind(kind) && isa == MatmulIsa::Avx2) {

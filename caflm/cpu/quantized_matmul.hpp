@@ -131,27 +131,31 @@ struct InterleavedQ8_0 {
   const float* d;       // [k / 32, kLaneGroupCols] block scales
 };
 
-/// Interleaves the Q8_0 rows `rows + j * row_bytes` (j < cols, each k
-/// values) into InterleavedQ8_0's layout; columns past `cols` get zero quants
-/// and scales.
-void interleave_q8_0(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
-                     uint8_t* __restrict__ q_abs, int8_t* __restrict__ q, float* __restrict__ d);
+/// Interleaves the rows `rows + j * row_bytes` (j < cols, each k values) of
+/// a Q8_0, Q4_0 or Q5_0 weight into InterleavedQ8_0's layout, Q4_0 and Q5_0
+/// quants less their stored offset (the same values as Q8_0 quants); columns
+/// past `cols` get zero quants and scales.
+void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                     size_t cols, size_t k, uint8_t* __restrict__ q_abs, int8_t* __restrict__ q,
+                     float* __restrict__ d);
 
 /// Below this many rows of x a Q8_0 group is read in place, not
 /// interleaved: interleaving costs more than it saves a row or three.
 inline constexpr size_t kInterleaveMinRows = 4;
 
-/// One AVX2 Q8_0 column group against all rows of x. Per output element: the
+/// One AVX2 column group of Q8_0 (or Q4_0 or Q5_0, whose quants less their
+/// offset are Q8_0 quants) against all rows of x. Per output element: the
 /// exact integer dot product s_b of each block, then acc = fma(cvt(s_b) *
 /// d_w, d_x, acc) block after block, then + bias. Fewer than
 /// kInterleaveMinRows rows read the weight rows in place (the same integers,
 /// summed another way, so the same bits); more take them interleaved.
 struct LaneGroupProblem {
+  TensorType type; // Q8_0, Q4_0 or Q5_0: the blocks of `rows`
   size_t k;
   size_t m;
   const int8_t* x_q;   // [m, k]
   const float* x_d;    // [m, k / 32]
-  const uint8_t* rows; // the group's Q8_0 rows, row_bytes apart
+  const uint8_t* rows; // the group's weight rows, row_bytes apart
   size_t row_bytes;
   InterleavedQ8_0 w; // interleaved quants and scales (m >= kInterleaveMinRows)
   size_t cols;       // 1..kLaneGroupCols
@@ -226,7 +230,8 @@ void dot_super_lanes_avx2(const SuperLaneGroupProblem& p);
 
 /// The dot kernels, one per instruction set (the AVX-512 and AMX ones live
 /// in translation units of their own, compiled with those enabled, and are
-/// only called when the CPU has them).
+/// only called when the CPU has them). On AVX2 only Q4_1 and Q5_1 take
+/// dot_group_avx2; the others take the lane kernels above.
 void dot_group_avx2(const GroupProblem& p);
 void dot_group_avx512(const GroupProblem& p);
 

@@ -1,0 +1,84 @@
+#pragma once
+
+// AVX2 readers of the legacy blocks whose values are d * (signed quant):
+// Q8_0, and Q4_0 and Q5_0 with their stored offset taken off. The Q8_0 lane
+// kernels read all three through them, in place or while interleaving, so
+// that these types share Q8_0's kernels and its float steps. Internal
+// linkage, as in simd_helpers.hpp. Internals of caflm/cpu; include nowhere
+// else.
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "caflm/gguf/quant_blocks.hpp"
+#include "caflm/gguf/tensor_type.hpp"
+
+namespace caflm::detail {
+namespace {
+
+/// The 32 bits of `bits` as bytes: 0xFF where set, 0 where clear (byte j for
+/// bit j).
+inline __m256i expand_bits(std::uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+/// Low and high nibbles of 16 bytes: bytes 0-15 the low, 16-31 the high ones.
+inline __m256i nibbles(const std::uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+/// Blocks of kType (Q8_0, Q4_0 or Q5_0): 32 values d * q with q a signed
+/// int8, the f16 d first in every one. Q4_0 and Q5_0 store q + kOffset
+/// unsigned (`stored`).
+template <TensorType kType>
+struct SignedBlocks;
+
+template <>
+struct SignedBlocks<TensorType::Q8_0> {
+  using Block = BlockQ8_0;
+  static constexpr int kOffset = 0;
+  static __m256i quants(const std::uint8_t* block) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(Block, qs)));
+  }
+};
+
+template <>
+struct SignedBlocks<TensorType::Q4_0> {
+  using Block = BlockQ4_0;
+  static constexpr int kOffset = 8;
+  static __m256i stored(const std::uint8_t* block) { return nibbles(block + offsetof(Block, qs)); }
+  static __m256i quants(const std::uint8_t* block) { // q in [-8, 7]
+    return _mm256_sub_epi8(stored(block), _mm256_set1_epi8(kOffset));
+  }
+};
+
+template <>
+struct SignedBlocks<TensorType::Q5_0> {
+  using Block = BlockQ5_0;
+  static constexpr int kOffset = 16;
+  static __m256i stored(const std::uint8_t* block) {
+    std::uint32_t qh;
+    std::memcpy(&qh, block + offsetof(Block, qh), sizeof qh);
+    const __m256i high = _mm256_and_si256(expand_bits(qh), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nibbles(block + offsetof(Block, qs)), high);
+  }
+  static __m256i quants(const std::uint8_t* block) { // q in [-16, 15]
+    return _mm256_sub_epi8(stored(block), _mm256_set1_epi8(kOffset));
+  }
+};
+
+static_assert(offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_0, d) == 0 &&
+                  offsetof(BlockQ5_0, d) == 0,
+              "the lane kernels gather each block's scale from its first bytes");
+
+} // namespace
+} // namespace caflm::detail
