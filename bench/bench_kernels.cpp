@@ -105,9 +105,10 @@ BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16, MatmulIsa::Avx2)->Apply(linear_s
 BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16, MatmulIsa::Avx512)->Apply(linear_shapes);
 BENCHMARK(BM_openblas_sgemm)->Apply(linear_shapes);
 
-// The projections of a small model (hidden 576, FFN 1536: SmolLM-135M's) at
-// decode (M = 1) and prefill (M = 32, 128) batch sizes, for K a whole number
-// of the type's blocks (576 is not one of 256).
+// The projections of small models (hidden 576, FFN 1536: SmolLM-135M's; the
+// FFN down projection of Qwen2.5-0.5B, 4864 to 896) at decode (M = 1) and
+// prefill (M = 32, 128) batch sizes, for K a whole number of the type's
+// blocks (576 is not one of 256).
 template <TensorType kType>
 void quantized_shapes(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 32, 128}) {
@@ -116,6 +117,7 @@ void quantized_shapes(benchmark::internal::Benchmark* b) {
     }
     b->Args({m, 1536, 576});
     b->Args({m, 2048, 2048});
+    b->Args({m, 4864, 896});
   }
   b->ArgNames({"M", "K", "N"})->UseRealTime();
 }

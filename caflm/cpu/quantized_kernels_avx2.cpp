@@ -37,10 +37,15 @@ inline __m256i load(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
+// Every block kernel below is flatten (its helpers inlined, so that its
+// accumulators stay in registers) and noinline: inlined into a dispatcher
+// with its siblings, GCC allocated registers over all of them together and
+// spilled the Q8_0 lane kernel's sums (a third slower at 128 rows).
+
 // MR rows x NR columns of a Q4_1 or Q5_1 group (unsigned quants with a
 // min); the signed legacy types take the lane kernels below.
 template <int MR, int NR>
-__attribute__((flatten)) void legacy_block(const GroupProblem& p, size_t row0, size_t col0) {
+__attribute__((flatten, noinline)) void legacy_block(const GroupProblem& p, size_t row0, size_t col0) {
   const size_t k = p.k;
   const size_t nb = k / 32;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -178,7 +183,7 @@ inline void prefetch_next_slice(const uint8_t* next, size_t next_bytes, size_t s
 
 // MR rows of x against a Q8_0 lane group (see LaneGroupProblem).
 template <int MR>
-__attribute__((flatten)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t row0) {
+__attribute__((flatten, noinline)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t row0) {
   const size_t k = p.k;
   const size_t nb = k / 32;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -236,7 +241,7 @@ inline __m256 signed_block_scales(const LaneGroupProblem& p, size_t b) {
 // and Q5_0 multiply their stored, unsigned quants and take kOffset * sum(x)
 // back from each column's total (the same integers).
 template <int MR, TensorType kType>
-__attribute__((flatten)) void signed_rows_block(const LaneGroupProblem& p, size_t row0) {
+__attribute__((flatten, noinline)) void signed_rows_block(const LaneGroupProblem& p, size_t row0) {
   using Blocks = SignedBlocks<kType>;
   constexpr bool kStoredOffset = Blocks::kOffset != 0;
   const size_t k = p.k;
@@ -361,7 +366,7 @@ inline void store_super_lane_rows(const SuperLaneGroupProblem& p, size_t row0,
 // each) add up in int16 lanes (super_quads_per_chain() keeps them from
 // saturating), then meet the sub-block's scales in one madd.
 template <int MR, int kChain, bool kWithMin>
-__attribute__((flatten)) void super_lanes_block(const SuperLaneGroupProblem& p, size_t row0) {
+__attribute__((flatten, noinline)) void super_lanes_block(const SuperLaneGroupProblem& p, size_t row0) {
   static_assert(4 % kChain == 0);
   const size_t k = p.k;
   const size_t nb = k / 256;
@@ -416,7 +421,7 @@ __attribute__((flatten)) void super_lanes_block(const SuperLaneGroupProblem& p, 
 // of mins times block sums, summed across lanes into one lane per column
 // (exact), then the same float steps (add_super_lane_block).
 template <int MR, bool kWithMin>
-__attribute__((flatten)) void super_rows_block(const SuperLaneGroupProblem& p, size_t row0) {
+__attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupProblem& p, size_t row0) {
   const size_t k = p.k;
   const size_t nb = k / 256;
   const size_t subs = k / 16;
