@@ -226,20 +226,25 @@ TEST_CASE("linear matches a double-precision product for every weight type", "[c
   }
 }
 
-// A K-quant weight whose every quant and sub-block scale is the largest its
-// type stores (all bits set; Q6_K's signed scales 127), d and dmin `scale`.
+// A quantized weight whose every quant and sub-block scale is the largest
+// its type stores (all bits set; Q6_K's signed scales 127; Q8_0's quants
+// -128), d (and the K-quants' dmin) `scale`.
 template <typename Block>
-TestWeight make_extreme_super_weight(TensorType type, uint64_t rows, uint64_t cols, float scale) {
+TestWeight make_extreme_weight(TensorType type, uint64_t rows, uint64_t cols, float scale) {
   TestWeight w{type, rows, cols, {}, {}};
-  w.bytes.assign(rows * tensor_row_bytes(type, cols), 0xFF);
+  // All bits set: every unsigned quant at its largest. Q8_0's signed quants
+  // at -128 instead, the one magnitude above 127.
+  w.bytes.assign(rows * tensor_row_bytes(type, cols),
+                 std::is_same_v<Block, BlockQ8_0> ? uint8_t{0x80} : uint8_t{0xFF});
   const uint16_t d = f32_to_f16(scale);
-  for (size_t b = 0; b < rows * cols / 256; ++b) {
+  for (size_t b = 0; b < rows * cols / tensor_block_size(type); ++b) {
     Block block;
     std::memcpy(&block, w.bytes.data() + b * sizeof block, sizeof block);
     block.d = d;
     if constexpr (std::is_same_v<Block, BlockQ6_K>) {
       std::fill(std::begin(block.scales), std::end(block.scales), int8_t{127});
-    } else if constexpr (!std::is_same_v<Block, BlockQ3_K>) {
+    } else if constexpr (std::is_same_v<Block, BlockQ2_K> || std::is_same_v<Block, BlockQ4_K> ||
+                         std::is_same_v<Block, BlockQ5_K>) {
       block.dmin = d;
     }
     std::memcpy(w.bytes.data() + b * sizeof block, &block, sizeof block);
@@ -252,18 +257,21 @@ TestWeight make_extreme_super_weight(TensorType type, uint64_t rows, uint64_t co
   return w;
 }
 
-// The kernels sum several quants' products in int16 lanes before a
-// sub-block's scale applies; the largest quants against activations that
+// The kernels sum several quants' products in int16 lanes before a block's
+// or sub-block's scale applies; the largest quants against activations that
 // quantize to +-127 must not wrap or saturate there.
-TEST_CASE("K-quant linear holds the largest quants against the largest activations",
+TEST_CASE("quantized linear holds the largest quants against the largest activations",
           "[cpu_matmul]") {
   constexpr size_t kRows = 11, kCols = 512;
   const TestWeight weights[] = {
-      make_extreme_super_weight<BlockQ2_K>(TensorType::Q2_K, kRows, kCols, 0.01f),
-      make_extreme_super_weight<BlockQ3_K>(TensorType::Q3_K, kRows, kCols, 0.01f),
-      make_extreme_super_weight<BlockQ4_K>(TensorType::Q4_K, kRows, kCols, 0.01f),
-      make_extreme_super_weight<BlockQ5_K>(TensorType::Q5_K, kRows, kCols, 0.01f),
-      make_extreme_super_weight<BlockQ6_K>(TensorType::Q6_K, kRows, kCols, 0.01f)};
+      make_extreme_weight<BlockQ4_0>(TensorType::Q4_0, kRows, kCols, 0.01f),
+      make_extreme_weight<BlockQ5_0>(TensorType::Q5_0, kRows, kCols, 0.01f),
+      make_extreme_weight<BlockQ8_0>(TensorType::Q8_0, kRows, kCols, 0.01f),
+      make_extreme_weight<BlockQ2_K>(TensorType::Q2_K, kRows, kCols, 0.01f),
+      make_extreme_weight<BlockQ3_K>(TensorType::Q3_K, kRows, kCols, 0.01f),
+      make_extreme_weight<BlockQ4_K>(TensorType::Q4_K, kRows, kCols, 0.01f),
+      make_extreme_weight<BlockQ5_K>(TensorType::Q5_K, kRows, kCols, 0.01f),
+      make_extreme_weight<BlockQ6_K>(TensorType::Q6_K, kRows, kCols, 0.01f)};
   for (const TestWeight& w : weights) {
     for (MatmulIsa isa : supported_isas()) {
       // m = 2 and 6 take both the decoded and the interleaved AVX2 paths.

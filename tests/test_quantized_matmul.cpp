@@ -27,6 +27,15 @@ std::vector<uint8_t> quantize_and_pack(TensorType act, const std::vector<float>&
   std::vector<int16_t> bsums(k / 16);
   quantize_activation_row(act, x.data(), k,
                           ActivationRow{q.data(), d.data(), s.data(), bsums.data()});
+  if (act == TensorType::Q8_0) {
+    // Each block's quant sum, for the Q4_0 and Q5_0 kernels' offsets.
+    for (size_t b = 0; b < k / 32; ++b) {
+      int sum = 0;
+      for (size_t i = 0; i < 32; ++i)
+        sum += q[32 * b + i];
+      REQUIRE(bsums[b] == sum);
+    }
+  }
   std::vector<uint8_t> bytes(tensor_row_bytes(act, k));
   for (size_t b = 0; b < k / block; ++b) {
     uint8_t* out = bytes.data() + b * tensor_block_bytes(act);

@@ -45,7 +45,8 @@ inline __m256i load(const void* p) {
 // MR rows x NR columns of a Q4_1 or Q5_1 group (unsigned quants with a
 // min); the signed legacy types take the lane kernels below.
 template <int MR, int NR>
-__attribute__((flatten, noinline)) void legacy_block(const GroupProblem& p, size_t row0, size_t col0) {
+__attribute__((flatten, noinline)) void legacy_block(const GroupProblem& p, size_t row0,
+                                                     size_t col0) {
   const size_t k = p.k;
   const size_t nb = k / 32;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -219,6 +220,49 @@ __attribute__((flatten, noinline)) void q8_0_lanes_block(const LaneGroupProblem&
   store_lane_rows(p, row0, acc);
 }
 
+// MR rows of x against a Q4_0 or Q5_0 lane group, whose interleaved quants
+// are the stored, unsigned ones (at most 31): their products with x add up in
+// int16 chains of 4 quads (at most 4 * 2 * 31 * 128 < 2^15) widened once per
+// chain, and each block's total less kOffset * sum(x) is the exact sum of the
+// signed quants' products, taken through Q8_0's float steps. Three integer
+// operations per 4 quads of a row where Q8_0 needs eight.
+template <int MR, int kOffset>
+__attribute__((flatten, noinline)) void offset_lanes_block(const LaneGroupProblem& p, size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];
+  unrolled<MR>([&](int i) { acc[i] = _mm256_setzero_ps(); });
+  for (size_t b = 0; b < nb; ++b) {
+    if (row0 == 0)
+      prefetch_next_slice(p.next, p.next_bytes, b, nb);
+    __m256i sums[MR];
+    unrolled<MR>([&](int i) {
+      sums[i] = _mm256_set1_epi32(-kOffset * int32_t{p.x_sums[(row0 + i) * nb + b]});
+    });
+    for (size_t chain = 0; chain < 2; ++chain) {
+      __m256i chains[MR];
+      unrolled<MR>([&](int i) { chains[i] = _mm256_setzero_si256(); });
+#pragma GCC unroll 4
+      for (size_t t = 0; t < 4; ++t) {
+        const size_t quad = 8 * b + 4 * chain + t;
+        __m256i w = load(p.w.q + 32 * quad);
+        __asm__("" : "+v"(w));
+        unrolled<MR>([&](int i) {
+          int32_t four;
+          std::memcpy(&four, p.x_q + (row0 + i) * k + 4 * quad, 4);
+          chains[i] = _mm256_add_epi16(chains[i], _mm256_maddubs_epi16(w, _mm256_set1_epi32(four)));
+          __asm__("" : "+v"(chains[i])); // an opaque chain, as in q8_0_lanes_block
+        });
+      }
+      unrolled<MR>(
+          [&](int i) { sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(chains[i], ones)); });
+    }
+    add_lane_block<MR>(p, row0, b, _mm256_loadu_ps(p.w.d + kLaneGroupCols * b), sums, acc);
+  }
+  store_lane_rows(p, row0, acc);
+}
+
 // The scales of block b of the group's columns read in place: one masked
 // gather of each row's 4 bytes at the block (its f16 scale, then 2 more),
 // zeros past p.cols.
@@ -239,7 +283,7 @@ inline __m256 signed_block_scales(const LaneGroupProblem& p, size_t b) {
 // place: each column's 8 lanes of 4 products, summed across lanes into one
 // lane per column (exact), then the same float steps (add_lane_block). Q4_0
 // and Q5_0 multiply their stored, unsigned quants and take kOffset * sum(x)
-// back from each column's total (the same integers).
+// back from each column's total (the same integers as offset_lanes_block).
 template <int MR, TensorType kType>
 __attribute__((flatten, noinline)) void signed_rows_block(const LaneGroupProblem& p, size_t row0) {
   using Blocks = SignedBlocks<kType>;
@@ -279,14 +323,9 @@ __attribute__((flatten, noinline)) void signed_rows_block(const LaneGroupProblem
         },
         sums);
     if constexpr (kStoredOffset) {
-      const __m256i offset = _mm256_set1_epi8(static_cast<char>(Blocks::kOffset));
       unrolled<MR>([&](int i) {
-        // kOffset * sum(x) in every lane.
-        __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(offset, x[i]), ones);
-        lanes = _mm256_add_epi32(lanes, _mm256_permute2x128_si256(lanes, lanes, 1));
-        lanes = _mm256_add_epi32(lanes, _mm256_shuffle_epi32(lanes, _MM_SHUFFLE(1, 0, 3, 2)));
-        lanes = _mm256_add_epi32(lanes, _mm256_shuffle_epi32(lanes, _MM_SHUFFLE(2, 3, 0, 1)));
-        sums[i] = _mm256_sub_epi32(sums[i], lanes);
+        sums[i] = _mm256_sub_epi32(
+            sums[i], _mm256_set1_epi32(Blocks::kOffset * int32_t{p.x_sums[(row0 + i) * nb + b]}));
       });
     }
     add_lane_block<MR>(p, row0, b, signed_block_scales<kType>(p, b), sums, acc);
@@ -308,6 +347,42 @@ void signed_rows(const LaneGroupProblem& p) {
     break;
   }
   throw std::invalid_argument("dot_q8_0_lanes_avx2: the in-place path takes 1 to 3 rows");
+}
+
+// The lane kernels of the signed legacy types, by rows per block.
+struct Q8_0Lanes {
+  template <int MR>
+  static void block(const LaneGroupProblem& p, size_t row0) {
+    q8_0_lanes_block<MR>(p, row0);
+  }
+};
+
+template <int kOffset>
+struct OffsetLanes {
+  template <int MR>
+  static void block(const LaneGroupProblem& p, size_t row0) {
+    offset_lanes_block<MR, kOffset>(p, row0);
+  }
+};
+
+// The last `left` < R + 1 rows from `row`, in one block.
+template <typename Kernel, int R>
+void lane_remainder(const LaneGroupProblem& p, size_t row, size_t left) {
+  if constexpr (R > 0) {
+    if (left == R)
+      return Kernel::template block<R>(p, row);
+    lane_remainder<Kernel, R - 1>(p, row, left);
+  }
+}
+
+// All rows of x (at least kInterleaveMinRows) against an interleaved group:
+// MR at a time, then those left.
+template <int MR, typename Kernel>
+void lane_rows(const LaneGroupProblem& p) {
+  size_t row = 0;
+  for (; row + MR <= p.m; row += MR)
+    Kernel::template block<MR>(p, row);
+  lane_remainder<Kernel, MR - 1>(p, row, p.m - row);
 }
 
 // Byte patterns picking sub-block scales 2c (8 times) and 2c + 1 (8 times)
@@ -366,7 +441,8 @@ inline void store_super_lane_rows(const SuperLaneGroupProblem& p, size_t row0,
 // each) add up in int16 lanes (super_quads_per_chain() keeps them from
 // saturating), then meet the sub-block's scales in one madd.
 template <int MR, int kChain, bool kWithMin>
-__attribute__((flatten, noinline)) void super_lanes_block(const SuperLaneGroupProblem& p, size_t row0) {
+__attribute__((flatten, noinline)) void super_lanes_block(const SuperLaneGroupProblem& p,
+                                                          size_t row0) {
   static_assert(4 % kChain == 0);
   const size_t k = p.k;
   const size_t nb = k / 256;
@@ -421,7 +497,8 @@ __attribute__((flatten, noinline)) void super_lanes_block(const SuperLaneGroupPr
 // of mins times block sums, summed across lanes into one lane per column
 // (exact), then the same float steps (add_super_lane_block).
 template <int MR, bool kWithMin>
-__attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupProblem& p, size_t row0) {
+__attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupProblem& p,
+                                                         size_t row0) {
   const size_t k = p.k;
   const size_t nb = k / 256;
   const size_t subs = k / 16;
@@ -518,26 +595,22 @@ void dot_q8_0_lanes_avx2(const LaneGroupProblem& p) {
     case TensorType::Q5_0:
       return signed_rows<TensorType::Q5_0>(p);
     default:
-      throw std::invalid_argument(std::string("dot_q8_0_lanes_avx2: ") + to_string(p.type) +
-                                  " blocks are not Q8_0, Q4_0 or Q5_0");
+      break;
+    }
+  } else {
+    switch (p.type) {
+    case TensorType::Q8_0:
+      return lane_rows<4, Q8_0Lanes>(p);
+    case TensorType::Q4_0:
+      return lane_rows<4, OffsetLanes<8>>(p);
+    case TensorType::Q5_0:
+      return lane_rows<4, OffsetLanes<16>>(p);
+    default:
+      break;
     }
   }
-  size_t row = 0;
-  for (; row + 4 <= p.m; row += 4)
-    q8_0_lanes_block<4>(p, row);
-  switch (p.m - row) {
-  case 3:
-    q8_0_lanes_block<3>(p, row);
-    break;
-  case 2:
-    q8_0_lanes_block<2>(p, row);
-    break;
-  case 1:
-    q8_0_lanes_block<1>(p, row);
-    break;
-  default:
-    break;
-  }
+  throw std::invalid_argument(std::string("dot_q8_0_lanes_avx2: ") + to_string(p.type) +
+                              " blocks are not Q8_0, Q4_0 or Q5_0");
 }
 
 void dot_group_avx2(const GroupProblem& p) {

@@ -76,7 +76,8 @@ float hmax(__m256 v) {
 
 // ggml's quantize_row_q8_0_ref / quantize_row_q8_1_ref on one block of 32:
 // d = max|x| / 127, q = roundf(x * (1 / d)), s = d * sum(q).
-void quantize_block_q8(const float* __restrict__ x, int8_t* __restrict__ q, float* d, float* s) {
+void quantize_block_q8(const float* __restrict__ x, int8_t* __restrict__ q, float* d, float* s,
+                       int16_t* sum_out) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   __m256 v[4];
   __m256 max_abs = _mm256_setzero_ps();
@@ -93,13 +94,17 @@ void quantize_block_q8(const float* __restrict__ x, int8_t* __restrict__ q, floa
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), pack_int8(q32));
   *d = half(f32_to_f16(scale));
-  if (s != nullptr) {
+  if (s != nullptr || sum_out != nullptr) {
     const __m256i sum4 =
         _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
     __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
     sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
     sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1));
-    *s = half(f32_to_f16(static_cast<float>(_mm_cvtsi128_si32(sum)) * scale));
+    const int total = _mm_cvtsi128_si32(sum); // |total| <= 32 * 127
+    if (s != nullptr)
+      *s = half(f32_to_f16(static_cast<float>(total) * scale));
+    if (sum_out != nullptr)
+      *sum_out = static_cast<int16_t>(total);
   }
 }
 
@@ -479,8 +484,9 @@ void quantize_activation_row(TensorType act_type, const float* __restrict__ x, s
       break;
     }
     for (size_t b = 0; b < k / 32; ++b) {
-      quantize_block_q8(x + 32 * b, out.q + 32 * b, out.d + b,
-                        act_type == TensorType::Q8_1 ? out.s + b : nullptr);
+      quantize_block_q8(
+          x + 32 * b, out.q + 32 * b, out.d + b, act_type == TensorType::Q8_1 ? out.s + b : nullptr,
+          act_type == TensorType::Q8_0 && out.bsums != nullptr ? out.bsums + b : nullptr);
     }
     return;
   case TensorType::Q8_K:
@@ -539,7 +545,10 @@ void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_
     for (size_t j = 0; j < kLaneGroupCols; ++j) {
       if (j < cols) {
         const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
-        in[j] = Blocks::quants(block);
+        if constexpr (Blocks::kOffset == 0)
+          in[j] = Blocks::quants(block);
+        else
+          in[j] = Blocks::stored(block);
         d[kLaneGroupCols * b + j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
       } else {
         in[j] = _mm256_setzero_si256();
@@ -550,7 +559,8 @@ void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_
     for (size_t t = 0; t < 8; ++t) {
       const size_t at = (8 * b + t) * 32;
       store(q + at, out[t]);
-      store(q_abs + at, _mm256_abs_epi8(out[t]));
+      if constexpr (Blocks::kOffset == 0)
+        store(q_abs + at, _mm256_abs_epi8(out[t]));
     }
   }
 }
@@ -639,11 +649,12 @@ void QuantizedActivations::quantize(TensorType act, const float* __restrict__ x,
   q_.resize(m * k);
   d_.resize(m * x_blocks);
   s_.resize(act == TensorType::Q8_1 ? m * x_blocks : 0);
-  bsums_.resize(act == TensorType::Q8_K ? m * k / 16 : 0);
+  bsums_.resize(act == TensorType::Q8_K ? m * k / 16 : act == TensorType::Q8_0 ? m * k / 32 : 0);
   int8_t* const xq = q_.data();
   float* const xd = d_.data();
   float* const xs = s_.empty() ? nullptr : s_.data();
   int16_t* const xb = bsums_.empty() ? nullptr : bsums_.data();
+  const size_t row_sums = bsums_.size() / std::max<size_t>(m, 1);
   const auto rows = static_cast<ptrdiff_t>(m);
 #pragma omp parallel for schedule(static) if (m * k >= kParallelMinMacs / 8)
   for (ptrdiff_t r = 0; r < rows; ++r) {
@@ -651,7 +662,7 @@ void QuantizedActivations::quantize(TensorType act, const float* __restrict__ x,
     quantize_activation_row(act, x + row * k, k,
                             ActivationRow{xq + row * k, xd + row * x_blocks,
                                           xs != nullptr ? xs + row * x_blocks : nullptr,
-                                          xb != nullptr ? xb + row * (k / 16) : nullptr});
+                                          xb != nullptr ? xb + row * row_sums : nullptr});
   }
 }
 
@@ -712,6 +723,7 @@ void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_byte
     p.m = m;
     p.x_q = rows.q;
     p.x_d = rows.d;
+    p.x_sums = rows.bsums;
     p.w = InterleavedQ8_0{q_abs.data(), q.data(), d.data()};
     p.cols = cols;
     p.y = y + col0;

@@ -65,10 +65,13 @@ TensorType activation_type(TensorType weight_type);
 
 /// One row of activations quantized (ggml's formats, fields unpacked).
 struct ActivationRow {
-  int8_t* q;      // [k]
-  float* d;       // [k / block] the scale as the dot uses it (f32 of the f16 for Q8_0/Q8_1)
-  float* s;       // [k / 32] Q8_1 only: f32 of the f16 d * sum(q)
-  int16_t* bsums; // [k / 16] Q8_K only: sums of each 16 quants
+  int8_t* q; // [k]
+  float* d;  // [k / block] the scale as the dot uses it (f32 of the f16 for Q8_0/Q8_1)
+  float* s;  // [k / 32] Q8_1 only: f32 of the f16 d * sum(q)
+  // Sums of the quants: Q8_K's of each 16 ([k / 16]); Q8_0's of each block
+  // ([k / 32]: Q4_0 and Q5_0 weights take their offset back with them), or
+  // null where not wanted.
+  int16_t* bsums;
 };
 
 /// Quantizes `x` (k values, a whole number of blocks) to `act_type` (Q8_0,
@@ -126,15 +129,15 @@ inline constexpr size_t kLaneGroupCols = 8;
 /// float part, per block and output, is what bounds a kernel that keeps
 /// each column in lanes of its own).
 struct InterleavedQ8_0 {
-  const uint8_t* q_abs; // [k / 4, kLaneGroupCols, 4] |q|
-  const int8_t* q;      // [k / 4, kLaneGroupCols, 4] q
+  const uint8_t* q_abs; // [k / 4, kLaneGroupCols, 4] |q| (Q8_0)
+  const int8_t* q;      // [k / 4, kLaneGroupCols, 4] q (Q8_0), or the stored q + offset
   const float* d;       // [k / 32, kLaneGroupCols] block scales
 };
 
 /// Interleaves the rows `rows + j * row_bytes` (j < cols, each k values) of
-/// a Q8_0, Q4_0 or Q5_0 weight into InterleavedQ8_0's layout, Q4_0 and Q5_0
-/// quants less their stored offset (the same values as Q8_0 quants); columns
-/// past `cols` get zero quants and scales.
+/// a Q8_0, Q4_0 or Q5_0 weight into InterleavedQ8_0's layout: Q8_0's quants
+/// and their magnitudes, or Q4_0's and Q5_0's stored quants (unsigned, with
+/// their offset; no q_abs). Columns past `cols` get zero quants and scales.
 void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
                      size_t cols, size_t k, uint8_t* __restrict__ q_abs, int8_t* __restrict__ q,
                      float* __restrict__ d);
@@ -153,9 +156,10 @@ struct LaneGroupProblem {
   TensorType type; // Q8_0, Q4_0 or Q5_0: the blocks of `rows`
   size_t k;
   size_t m;
-  const int8_t* x_q;   // [m, k]
-  const float* x_d;    // [m, k / 32]
-  const uint8_t* rows; // the group's weight rows, row_bytes apart
+  const int8_t* x_q;     // [m, k]
+  const float* x_d;      // [m, k / 32]
+  const int16_t* x_sums; // [m, k / 32] sums of each block's quants (Q4_0, Q5_0)
+  const uint8_t* rows;   // the group's weight rows, row_bytes apart
   size_t row_bytes;
   InterleavedQ8_0 w; // interleaved quants and scales (m >= kInterleaveMinRows)
   size_t cols;       // 1..kLaneGroupCols

@@ -190,7 +190,8 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
           rest.x_q = x.q + tile_rows * k;
           rest.x_d = x.d + tile_rows * blocks;
           rest.x_s = x.s != nullptr ? x.s + tile_rows * blocks : nullptr;
-          rest.x_bsums = x.bsums != nullptr ? x.bsums + tile_rows * (k / 16) : nullptr;
+          // Only the K kinds read sums (Q8_K's, one per 16 values).
+          rest.x_bsums = act == TensorType::Q8_K ? x.bsums + tile_rows * (k / 16) : nullptr;
           rest.w = scratch.columns(sub, w.type, k);
           rest.offset = stored_offset(w.type);
           rest.cols = std::min(kGroupCols, cols - sub);

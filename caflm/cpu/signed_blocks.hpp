@@ -1,9 +1,9 @@
 #pragma once
 
 // AVX2 readers of the legacy blocks whose values are d * (signed quant):
-// Q8_0, and Q4_0 and Q5_0 with their stored offset taken off. The Q8_0 lane
+// Q8_0, and Q4_0 and Q5_0, which store the quant plus an offset. The lane
 // kernels read all three through them, in place or while interleaving, so
-// that these types share Q8_0's kernels and its float steps. Internal
+// that these types share one lane layout and Q8_0's float steps. Internal
 // linkage, as in simd_helpers.hpp. Internals of caflm/cpu; include nowhere
 // else.
 
