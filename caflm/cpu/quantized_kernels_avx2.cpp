@@ -25,7 +25,7 @@
 #include <string>
 #include <utility>
 
-#include "caflm/cpu/signed_blocks.hpp"
+#include "caflm/cpu/block_readers.hpp"
 #include "caflm/cpu/simd_helpers.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
 
@@ -404,17 +404,16 @@ alignas(16) constexpr uint8_t kScalePatterns[8][16] = {
 // (`acc`, MR rows of 8 lanes) from one super-block to the next: in registers
 // they would crowd out the integer sums, which the kernels touch far more
 // often.
+// w_d, w_dmin: the 8 columns' d and dmin of super-block b.
 template <int MR, bool kWithMin>
-inline void add_super_lane_block(const SuperLaneGroupProblem& p, size_t row0, size_t b,
-                                 const __m256i (&sums)[MR], const __m256i (&min_sums)[MR],
-                                 float (&acc)[MR][kLaneGroupCols]) {
+inline void add_super_lane_block(const SuperLaneGroupProblem& p, size_t row0, size_t b, __m256 w_d,
+                                 __m256 w_dmin, const __m256i (&sums)[MR],
+                                 const __m256i (&min_sums)[MR], float (&acc)[MR][kLaneGroupCols]) {
   const size_t nb = p.k / 256;
-  const __m256 w_d = _mm256_loadu_ps(p.d + kLaneGroupCols * b);
   unrolled<MR>([&](int i) {
     const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
     __m256 a = _mm256_load_ps(acc[i]);
     if constexpr (kWithMin) {
-      const __m256 w_dmin = _mm256_loadu_ps(p.dmin + kLaneGroupCols * b);
       a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), x_d), w_d, a);
       a = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(min_sums[i]), x_d), w_dmin, a);
     } else {
@@ -487,7 +486,9 @@ __attribute__((flatten, noinline)) void super_lanes_block(const SuperLaneGroupPr
             _mm256_add_epi32(min_sums[i], _mm256_madd_epi16(mins, _mm256_set1_epi32(two)));
       });
     }
-    add_super_lane_block<MR, kWithMin>(p, row0, b, sums, min_sums, acc);
+    add_super_lane_block<MR, kWithMin>(p, row0, b, _mm256_loadu_ps(p.d + kLaneGroupCols * b),
+                                       _mm256_loadu_ps(p.dmin + kLaneGroupCols * b), sums, min_sums,
+                                       acc);
   }
   store_super_lane_rows(p, row0, acc);
 }
@@ -546,7 +547,101 @@ __attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupPro
           });
         },
         min_sums);
-    add_super_lane_block<MR, kWithMin>(p, row0, b, sums, min_sums, acc);
+    add_super_lane_block<MR, kWithMin>(p, row0, b, _mm256_loadu_ps(p.d + kLaneGroupCols * b),
+                                       _mm256_loadu_ps(p.dmin + kLaneGroupCols * b), sums, min_sums,
+                                       acc);
+  }
+  store_super_lane_rows(p, row0, acc);
+}
+
+// MR < kInterleaveMinRows rows of x against a Q4_K group read in place, with
+// no decoding pass: each column's nibbles times x, by its 32-value
+// sub-blocks' 6-bit scales, in 8 lanes, and its mins times x's block sums;
+// summed across lanes into one lane per column (the decoded path's exact
+// integers), then the same float steps (add_super_lane_block).
+template <int MR>
+__attribute__((flatten, noinline)) void q4_k_rows_block(const SuperLaneGroupProblem& p,
+                                                        size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  const size_t subs = k / 16;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  alignas(32) float acc[MR][kLaneGroupCols] = {};
+  for (size_t b = 0; b < nb; ++b) {
+    prefetch_next_slice(p.next, p.next_bytes, b, nb);
+    const auto block_of = [&](size_t j) {
+      return p.rows + j * p.row_bytes + b * sizeof(BlockQ4_K);
+    };
+    // Each column's 8 sub-block scales (bytes 0-7) and mins (8-15).
+    alignas(16) uint8_t scales_mins[kLaneGroupCols][16];
+    for (size_t j = 0; j < p.cols; ++j)
+      _mm_store_si128(reinterpret_cast<__m128i*>(scales_mins[j]),
+                      unpack_scales_k4(block_of(j) + offsetof(BlockQ4_K, scales)));
+    // Column j's scaled products with each row; zeros past p.cols.
+    const auto column_sums = [&](size_t j, __m256i(&lanes)[MR]) {
+      unrolled<MR>([&](int i) { lanes[i] = _mm256_setzero_si256(); });
+      if (j >= p.cols)
+        return;
+      const uint8_t* scales = scales_mins[j];
+      const uint8_t* qs = block_of(j) + offsetof(BlockQ4_K, qs);
+      // Values 64c .. 64c + 31 are the low nibbles of qs[32c ..], the next
+      // 32 the high ones: sub-blocks 2c and 2c + 1.
+#pragma GCC unroll 4
+      for (size_t c = 0; c < 4; ++c) {
+        const __m256i packed = load(qs + 32 * c);
+        const __m256i low = _mm256_and_si256(packed, low4);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+        const __m256i scale_low = _mm256_set1_epi16(scales[2 * c]);
+        const __m256i scale_high = _mm256_set1_epi16(scales[2 * c + 1]);
+        unrolled<MR>([&](int i) {
+          const int8_t* x = p.x_q + (row0 + i) * k + 256 * b + 64 * c;
+          lanes[i] = _mm256_add_epi32(
+              lanes[i],
+              _mm256_add_epi32(
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(low, load(x)), scale_low),
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(high, load(x + 32)), scale_high)));
+        });
+      }
+    };
+    // Column j's mins (each twice, one per 16 values) times x's block sums.
+    const auto column_mins = [&](size_t j, __m256i(&lanes)[MR]) {
+      unrolled<MR>([&](int i) { lanes[i] = _mm256_setzero_si256(); });
+      if (j >= p.cols)
+        return;
+      const __m128i both = _mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[j]));
+      const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(both, both));
+      unrolled<MR>([&](int i) {
+        lanes[i] = _mm256_madd_epi16(mins, load(p.x_bsums + (row0 + i) * subs + 16 * b));
+      });
+    };
+    __m256i sums[MR];
+    column_totals<MR>(
+        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+          column_sums(j0, lanes0);
+          column_sums(j0 + 1, lanes1);
+        },
+        sums);
+    __m256i min_sums[MR];
+    column_totals<MR>(
+        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+          column_mins(j0, lanes0);
+          column_mins(j0 + 1, lanes1);
+        },
+        min_sums);
+    // d and dmin of the 8 columns: one masked gather of each block's first
+    // 4 bytes.
+    const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                               _mm256_set1_epi32(static_cast<int>(p.row_bytes)));
+    const __m256i words = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
+                                                      reinterpret_cast<const int*>(block_of(0)),
+                                                      offsets, tail_mask(p.cols), 1);
+    const __m256i low16 = _mm256_and_si256(words, _mm256_set1_epi32(0xFFFF));
+    const __m256i high16 = _mm256_srli_epi32(words, 16);
+    const __m256 w_d = _mm256_cvtph_ps(
+        _mm_packus_epi32(_mm256_castsi256_si128(low16), _mm256_extracti128_si256(low16, 1)));
+    const __m256 w_dmin = _mm256_cvtph_ps(
+        _mm_packus_epi32(_mm256_castsi256_si128(high16), _mm256_extracti128_si256(high16, 1)));
+    add_super_lane_block<MR, true>(p, row0, b, w_d, w_dmin, sums, min_sums, acc);
   }
   store_super_lane_rows(p, row0, acc);
 }
@@ -628,6 +723,17 @@ void dot_group_avx2(const GroupProblem& p) {
 }
 
 void dot_super_lanes_avx2(const SuperLaneGroupProblem& p) {
+  if (p.type == TensorType::Q4_K && p.m < kInterleaveMinRows) {
+    static_assert(kInterleaveMinRows == 4, "the in-place path takes 1 to 3 rows");
+    switch (p.m) {
+    case 1:
+      return q4_k_rows_block<1>(p, 0);
+    case 2:
+      return q4_k_rows_block<2>(p, 0);
+    default:
+      return q4_k_rows_block<3>(p, 0);
+    }
+  }
   const bool with_min = p.kind == QuantKind::kSuperWithMin;
   if (p.kind != QuantKind::kSuperWithMin && p.kind != QuantKind::kSuperOffset)
     throw std::invalid_argument("dot_super_lanes_avx2: not a K-quant kind");

@@ -1,6 +1,6 @@
 #include "caflm/cpu/quantized_matmul.hpp"
 
-#include "caflm/cpu/signed_blocks.hpp"
+#include "caflm/cpu/block_readers.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
 
 #include <immintrin.h>
@@ -158,23 +158,6 @@ void quantize_block_q8_k(const float* __restrict__ x, int8_t* __restrict__ q, fl
 
 void store(void* p, __m256i v) {
   _mm256_storeu_si256(static_cast<__m256i*>(p), v);
-}
-
-// The 12 packed bytes of Q4_K/Q5_K scales and mins (6 bits each) as 8 scales
-// (bytes 0-7) and 8 mins (bytes 8-15), as ggml's get_scale_min_k4 reads them:
-// j < 4: scale = b[j] & 63, min = b[j + 4] & 63; j >= 4: scale = (b[j + 4] &
-// 15) | (b[j - 4] >> 6) << 4, min = (b[j + 4] >> 4) | (b[j] >> 6) << 4.
-inline __m128i unpack_scales_k4(const uint8_t* packed) {
-  uint32_t u[4];
-  std::memcpy(u, packed, 12);
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
-  const uint32_t mins_low = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
-  u[2] = mins_low;
-  u[0] &= kLow6;
-  return _mm_setr_epi32(static_cast<int>(u[0]), static_cast<int>(u[1]), static_cast<int>(u[2]),
-                        static_cast<int>(u[3]));
 }
 
 // The 12 packed bytes of Q3_K's 6-bit scales as 16 int8 scales (minus the
@@ -770,14 +753,16 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
   const size_t n = w.rows;
   const size_t nb = k / 256;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  // Q4_K's kernel for 1-3 rows reads the blocks in place.
+  const bool in_place = w.type == TensorType::Q4_K && m < kInterleaveMinRows;
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local SuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
-    for (size_t j = 0; j < cols; ++j)
+    for (size_t j = 0; j < (in_place ? 0 : cols); ++j)
       decode_super_row_lanes(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
                              scratch.scales.data(), scratch.mins.data(), scratch.d.data(),
                              scratch.dmin.data());
-    if (cols < kLaneGroupCols) {
+    if (cols < kLaneGroupCols && !in_place) {
       // A ragged last group's missing columns: zeros, which the kernels
       // read as they read the others.
       std::fill(scratch.q.begin() + cols * k, scratch.q.end(), uint8_t{0});
@@ -796,6 +781,9 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
                        scratch.lane_mins.data());
     SuperLaneGroupProblem p{};
     p.kind = kind;
+    p.type = w.type;
+    p.rows = w_bytes + col0 * w_row_bytes;
+    p.row_bytes = w_row_bytes;
     p.k = k;
     p.m = m;
     p.x_q = rows.q;

@@ -212,12 +212,17 @@ int super_quads_per_chain(TensorType weight_type);
 /// more the interleaved ones: the same integers summed another way, so the
 /// same bits.
 struct SuperLaneGroupProblem {
-  QuantKind kind; // kSuperWithMin or kSuperOffset
+  QuantKind kind;  // kSuperWithMin or kSuperOffset
+  TensorType type; // the weight's
   size_t k;
   size_t m;
   const int8_t* x_q;      // [m, k]
   const float* x_d;       // [m, k / 256]
   const int16_t* x_bsums; // [m, k / 16]
+  // The group's weight rows, row_bytes apart: Q4_K reads them in place
+  // below kInterleaveMinRows rows (no decoded columns, d or dmin then).
+  const uint8_t* rows;
+  size_t row_bytes;
   DecodedColumns decoded; // q, scales, mins of all 8 columns, zeros past cols
   InterleavedSuper w;     // the same interleaved (m >= kInterleaveMinRows)
   const float* d;         // [k / 256, kLaneGroupCols] decode_super_row_lanes()

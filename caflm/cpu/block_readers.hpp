@@ -1,9 +1,11 @@
 #pragma once
 
-// AVX2 readers of the legacy blocks whose values are d * (signed quant):
-// Q8_0, and Q4_0 and Q5_0, which store the quant plus an offset. The lane
-// kernels read all three through them, in place or while interleaving, so
-// that these types share one lane layout and Q8_0's float steps. Internal
+// AVX2 readers of quantized blocks where they lie. SignedBlocks: the legacy
+// blocks whose values are d * (signed quant), Q8_0, and Q4_0 and Q5_0, which
+// store the quant plus an offset; the lane kernels read all three through
+// them, in place or while interleaving, so that these types share one lane
+// layout and Q8_0's float steps. unpack_scales_k4: Q4_K's and Q5_K's packed
+// scales and mins, for the decoder and Q4_K's in-place kernel. Internal
 // linkage, as in simd_helpers.hpp. Internals of caflm/cpu; include nowhere
 // else.
 
@@ -75,6 +77,23 @@ struct SignedBlocks<TensorType::Q5_0> {
     return _mm256_sub_epi8(stored(block), _mm256_set1_epi8(kOffset));
   }
 };
+
+// The 12 packed bytes of Q4_K/Q5_K scales and mins (6 bits each) as 8 scales
+// (bytes 0-7) and 8 mins (bytes 8-15), as ggml's get_scale_min_k4 reads them:
+// j < 4: scale = b[j] & 63, min = b[j + 4] & 63; j >= 4: scale = (b[j + 4] &
+// 15) | (b[j - 4] >> 6) << 4, min = (b[j + 4] >> 4) | (b[j] >> 6) << 4.
+inline __m128i unpack_scales_k4(const std::uint8_t* packed) {
+  std::uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const std::uint32_t mins_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_low;
+  u[0] &= kLow6;
+  return _mm_setr_epi32(static_cast<int>(u[0]), static_cast<int>(u[1]), static_cast<int>(u[2]),
+                        static_cast<int>(u[3]));
+}
 
 static_assert(offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ4_0, d) == 0 &&
                   offsetof(BlockQ5_0, d) == 0,
