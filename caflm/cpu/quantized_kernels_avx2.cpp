@@ -554,6 +554,23 @@ __attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupPro
   store_super_lane_rows(p, row0, acc);
 }
 
+// The two f16 values at `first` and at the same place of the group's other
+// rows (row_bytes apart), as floats: one masked gather of 4 bytes a row,
+// zeros past p.cols.
+inline void gather_f16_pairs(const SuperLaneGroupProblem& p, const uint8_t* first, __m256& low,
+                             __m256& high) {
+  const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(p.row_bytes)));
+  const __m256i words = _mm256_mask_i32gather_epi32(
+      _mm256_setzero_si256(), reinterpret_cast<const int*>(first), offsets, tail_mask(p.cols), 1);
+  const __m256i low16 = _mm256_and_si256(words, _mm256_set1_epi32(0xFFFF));
+  const __m256i high16 = _mm256_srli_epi32(words, 16);
+  low = _mm256_cvtph_ps(
+      _mm_packus_epi32(_mm256_castsi256_si128(low16), _mm256_extracti128_si256(low16, 1)));
+  high = _mm256_cvtph_ps(
+      _mm_packus_epi32(_mm256_castsi256_si128(high16), _mm256_extracti128_si256(high16, 1)));
+}
+
 // MR < kInterleaveMinRows rows of x against a Q4_K group read in place, with
 // no decoding pass: each column's nibbles times x, by its 32-value
 // sub-blocks' 6-bit scales, in 8 lanes, and its mins times x's block sums;
@@ -628,20 +645,100 @@ __attribute__((flatten, noinline)) void q4_k_rows_block(const SuperLaneGroupProb
           column_mins(j0 + 1, lanes1);
         },
         min_sums);
-    // d and dmin of the 8 columns: one masked gather of each block's first
-    // 4 bytes.
-    const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                               _mm256_set1_epi32(static_cast<int>(p.row_bytes)));
-    const __m256i words = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
-                                                      reinterpret_cast<const int*>(block_of(0)),
-                                                      offsets, tail_mask(p.cols), 1);
-    const __m256i low16 = _mm256_and_si256(words, _mm256_set1_epi32(0xFFFF));
-    const __m256i high16 = _mm256_srli_epi32(words, 16);
-    const __m256 w_d = _mm256_cvtph_ps(
-        _mm_packus_epi32(_mm256_castsi256_si128(low16), _mm256_extracti128_si256(low16, 1)));
-    const __m256 w_dmin = _mm256_cvtph_ps(
-        _mm_packus_epi32(_mm256_castsi256_si128(high16), _mm256_extracti128_si256(high16, 1)));
+    // d and dmin of the 8 columns: the two f16 at each block's start.
+    __m256 w_d, w_dmin;
+    gather_f16_pairs(p, block_of(0), w_d, w_dmin);
     add_super_lane_block<MR, true>(p, row0, b, w_d, w_dmin, sums, min_sums, acc);
+  }
+  store_super_lane_rows(p, row0, acc);
+}
+
+// MR < kInterleaveMinRows rows of x against a Q6_K group read in place, as
+// q4_k_rows_block does Q4_K: each column's 6-bit quants (stored + 32, as the
+// decoder leaves them) assembled from ql and qh, times x, by the 16-value
+// sub-blocks' int8 scales; the offset's share, 32 * scale times x's block
+// sums, as the decoded path's mins.
+template <int MR>
+__attribute__((flatten, noinline)) void q6_k_rows_block(const SuperLaneGroupProblem& p,
+                                                        size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  const size_t subs = k / 16;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
+  alignas(32) float acc[MR][kLaneGroupCols] = {};
+  for (size_t b = 0; b < nb; ++b) {
+    prefetch_next_slice(p.next, p.next_bytes, b, nb);
+    const auto block_of = [&](size_t j) {
+      return p.rows + j * p.row_bytes + b * sizeof(BlockQ6_K);
+    };
+    const auto column_sums = [&](size_t j, __m256i(&lanes)[MR]) {
+      unrolled<MR>([&](int i) { lanes[i] = _mm256_setzero_si256(); });
+      if (j >= p.cols)
+        return;
+      const uint8_t* block = block_of(j);
+      const __m128i scales =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
+      // Values 32g .. 32g + 31, with the scales of sub-blocks 2g and 2g + 1.
+      const auto add_chunk = [&](size_t g, __m256i q) {
+        const __m256i scale_pair = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+            scales, _mm_load_si128(reinterpret_cast<const __m128i*>(kScalePatterns[g]))));
+        unrolled<MR>([&](int i) {
+          const int8_t* x = p.x_q + (row0 + i) * k + 256 * b + 32 * g;
+          lanes[i] = _mm256_add_epi32(
+              lanes[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(x)), scale_pair));
+        });
+      };
+      // Half h (128 values): ql[64h + l] holds the low 4 bits of values l
+      // (low nibble) and l + 64 (high), ql[64h + 32 + l] those of l + 32 and
+      // l + 96; qh[32h + l] the high 2 bits of l, l + 32, l + 64 and l + 96.
+      for (size_t h = 0; h < 2; ++h) {
+        const __m256i ql0 = load(block + offsetof(BlockQ6_K, ql) + 64 * h);
+        const __m256i ql1 = load(block + offsetof(BlockQ6_K, ql) + 64 * h + 32);
+        const __m256i qh = load(block + offsetof(BlockQ6_K, qh) + 32 * h);
+        add_chunk(4 * h, _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)));
+        add_chunk(4 * h + 1, _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                             _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)));
+        add_chunk(4 * h + 2, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                             _mm256_and_si256(qh, bits45)));
+        add_chunk(4 * h + 3, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)));
+      }
+    };
+    // 32 times each 16-value sub-block's scale, times x's block sums.
+    const auto column_offsets = [&](size_t j, __m256i(&lanes)[MR]) {
+      unrolled<MR>([&](int i) { lanes[i] = _mm256_setzero_si256(); });
+      if (j >= p.cols)
+        return;
+      const __m256i mins =
+          _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                block_of(j) + offsetof(BlockQ6_K, scales)))),
+                            5);
+      unrolled<MR>([&](int i) {
+        lanes[i] = _mm256_madd_epi16(mins, load(p.x_bsums + (row0 + i) * subs + 16 * b));
+      });
+    };
+    __m256i sums[MR];
+    column_totals<MR>(
+        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+          column_sums(j0, lanes0);
+          column_sums(j0 + 1, lanes1);
+        },
+        sums);
+    __m256i min_sums[MR];
+    column_totals<MR>(
+        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+          column_offsets(j0, lanes0);
+          column_offsets(j0 + 1, lanes1);
+        },
+        min_sums);
+    // d: the f16 after the scales' last two bytes (the gather reads 4 bytes
+    // ending with the block).
+    static_assert(offsetof(BlockQ6_K, d) + 2 == sizeof(BlockQ6_K));
+    __m256 last_scales, w_d;
+    gather_f16_pairs(p, block_of(0) + offsetof(BlockQ6_K, d) - 2, last_scales, w_d);
+    add_super_lane_block<MR, false>(p, row0, b, w_d, w_d, sums, min_sums, acc);
   }
   store_super_lane_rows(p, row0, acc);
 }
@@ -723,8 +820,8 @@ void dot_group_avx2(const GroupProblem& p) {
 }
 
 void dot_super_lanes_avx2(const SuperLaneGroupProblem& p) {
+  static_assert(kInterleaveMinRows == 4, "the in-place paths take 1 to 3 rows");
   if (p.type == TensorType::Q4_K && p.m < kInterleaveMinRows) {
-    static_assert(kInterleaveMinRows == 4, "the in-place path takes 1 to 3 rows");
     switch (p.m) {
     case 1:
       return q4_k_rows_block<1>(p, 0);
@@ -732,6 +829,16 @@ void dot_super_lanes_avx2(const SuperLaneGroupProblem& p) {
       return q4_k_rows_block<2>(p, 0);
     default:
       return q4_k_rows_block<3>(p, 0);
+    }
+  }
+  if (p.type == TensorType::Q6_K && p.m < kInterleaveMinRows) {
+    switch (p.m) {
+    case 1:
+      return q6_k_rows_block<1>(p, 0);
+    case 2:
+      return q6_k_rows_block<2>(p, 0);
+    default:
+      return q6_k_rows_block<3>(p, 0);
     }
   }
   const bool with_min = p.kind == QuantKind::kSuperWithMin;

@@ -753,8 +753,9 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
   const size_t n = w.rows;
   const size_t nb = k / 256;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  // Q4_K's kernel for 1-3 rows reads the blocks in place.
-  const bool in_place = w.type == TensorType::Q4_K && m < kInterleaveMinRows;
+  // Q4_K's and Q6_K's kernels for 1-3 rows read the blocks in place.
+  const bool in_place =
+      (w.type == TensorType::Q4_K || w.type == TensorType::Q6_K) && m < kInterleaveMinRows;
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local SuperLaneScratch scratch; // grown once per width
     scratch.fit(k);

@@ -219,8 +219,8 @@ struct SuperLaneGroupProblem {
   const int8_t* x_q;      // [m, k]
   const float* x_d;       // [m, k / 256]
   const int16_t* x_bsums; // [m, k / 16]
-  // The group's weight rows, row_bytes apart: Q4_K reads them in place
-  // below kInterleaveMinRows rows (no decoded columns, d or dmin then).
+  // The group's weight rows, row_bytes apart: Q4_K and Q6_K read them in
+  // place below kInterleaveMinRows rows (no decoded columns, d or dmin then).
   const uint8_t* rows;
   size_t row_bytes;
   DecodedColumns decoded; // q, scales, mins of all 8 columns, zeros past cols
