@@ -554,6 +554,22 @@ __attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupPro
   store_super_lane_rows(p, row0, acc);
 }
 
+// Byte patterns repeating word s (bytes 2s and 2s + 1) of each 128-bit lane
+// over the whole lane, for s < 8.
+struct WordPatterns {
+  alignas(32) uint8_t bytes[8][32];
+};
+
+constexpr WordPatterns make_word_patterns() {
+  WordPatterns patterns{};
+  for (int s = 0; s < 8; ++s)
+    for (int i = 0; i < 32; ++i)
+      patterns.bytes[s][i] = static_cast<uint8_t>(2 * s + i % 2);
+  return patterns;
+}
+
+constexpr WordPatterns kWordPatterns = make_word_patterns();
+
 // The two f16 values at `first` and at the same place of the group's other
 // rows (row_bytes apart), as floats: one masked gather of 4 bytes a row,
 // zeros past p.cols.
@@ -599,7 +615,10 @@ __attribute__((flatten, noinline)) void q4_k_rows_block(const SuperLaneGroupProb
       unrolled<MR>([&](int i) { lanes[i] = _mm256_setzero_si256(); });
       if (j >= p.cols)
         return;
-      const uint8_t* scales = scales_mins[j];
+      // The 8 scales as int16, in both 128-bit lanes; kWordPatterns[s]
+      // spreads scale s over all 16 words.
+      const __m256i scales = _mm256_broadcastsi128_si256(
+          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales_mins[j]))));
       const uint8_t* qs = block_of(j) + offsetof(BlockQ4_K, qs);
       // Values 64c .. 64c + 31 are the low nibbles of qs[32c ..], the next
       // 32 the high ones: sub-blocks 2c and 2c + 1.
@@ -608,8 +627,9 @@ __attribute__((flatten, noinline)) void q4_k_rows_block(const SuperLaneGroupProb
         const __m256i packed = load(qs + 32 * c);
         const __m256i low = _mm256_and_si256(packed, low4);
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-        const __m256i scale_low = _mm256_set1_epi16(scales[2 * c]);
-        const __m256i scale_high = _mm256_set1_epi16(scales[2 * c + 1]);
+        const __m256i scale_low = _mm256_shuffle_epi8(scales, load(kWordPatterns.bytes[2 * c]));
+        const __m256i scale_high =
+            _mm256_shuffle_epi8(scales, load(kWordPatterns.bytes[2 * c + 1]));
         unrolled<MR>([&](int i) {
           const int8_t* x = p.x_q + (row0 + i) * k + 256 * b + 64 * c;
           lanes[i] = _mm256_add_epi32(
