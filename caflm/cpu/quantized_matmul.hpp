@@ -142,8 +142,10 @@ void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t r
                      size_t cols, size_t k, uint8_t* __restrict__ q_abs, int8_t* __restrict__ q,
                      float* __restrict__ d);
 
-/// Below this many rows of x a Q8_0 group is read in place, not
-/// interleaved: interleaving costs more than it saves a row or three.
+/// Below this many rows of x an AVX2 lane group (Q8_0, Q4_0, Q5_0, the
+/// K-quants) is not interleaved: interleaving costs more than it saves a row
+/// or three. Q8_0, Q4_0, Q5_0, Q4_K and Q6_K then read their blocks in place,
+/// the other K-quants their decoded columns.
 inline constexpr size_t kInterleaveMinRows = 4;
 
 /// One AVX2 column group of Q8_0 (or Q4_0 or Q5_0, whose quants less their
