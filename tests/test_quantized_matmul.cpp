@@ -254,3 +254,69 @@ TEST_CASE("column tiles cover every column once, evenly across the team", "[quan
     }
   }
 }
+
+// The AVX-512 lane kernels (Q8_0, Q4_0, Q5_0 from kInterleaveMinRows rows)
+// must give the bits of the column kernels they replace there, which still
+// take fewer rows and the AMX kernels' leftover rows and share their float
+// steps with the AMX kernels: a sequence's logits must not depend on which
+// of them its batch picked.
+TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
+          "[quantized_matmul][batch_invariance]") {
+  if (!matmul_isa_supported(MatmulIsa::Avx512)) {
+    WARN("skipped: this CPU has no AVX-512 VNNI");
+    return;
+  }
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  // n = 37: two whole groups of 16 and a ragged one; k = 288: an odd number
+  // of blocks; m crosses the kernels' 8-row blocks and their remainders.
+  constexpr size_t n = 37, k = 288;
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0}) {
+    std::vector<float> values(n * k);
+    for (float& v : values)
+      v = uniform(rng);
+    const std::vector<uint8_t> bytes = quantize_row(type, values.data(), n * k);
+    const size_t row_bytes = tensor_row_bytes(type, k);
+    std::vector<float> bias(n);
+    for (float& v : bias)
+      v = uniform(rng);
+    const WeightView w{type, bytes.data(), n, k};
+    for (size_t m : {4, 7, 8, 13, 16, 21}) {
+      std::vector<float> x(m * k);
+      for (float& v : x)
+        v = uniform(rng);
+      std::vector<float> lanes(m * n);
+      quantized_linear(MatmulIsa::Avx512, w, x.data(), m, lanes.data(), bias.data());
+
+      QuantizedActivations act;
+      act.quantize(activation_type(type), x.data(), m, k);
+      const QuantizedRows rows = act.rows();
+      std::vector<float> columns(m * n);
+      std::vector<uint8_t> q(kGroupCols * k);
+      std::vector<float> d(kGroupCols * k / 32), mm(kGroupCols * k / 32);
+      for (size_t col0 = 0; col0 < n; col0 += kGroupCols) {
+        const size_t cols = std::min(kGroupCols, n - col0);
+        for (size_t j = 0; j < cols; ++j)
+          decode_weight_row(type, bytes.data() + (col0 + j) * row_bytes, k, j, q.data(), d.data(),
+                            mm.data(), nullptr, nullptr);
+        GroupProblem p{};
+        p.kind = quant_kind(type);
+        p.k = k;
+        p.m = m;
+        p.x_q = rows.q;
+        p.x_d = rows.d;
+        p.x_s = rows.s;
+        p.x_bsums = rows.bsums;
+        p.w = DecodedColumns{q.data(), d.data(), mm.data(), nullptr, nullptr};
+        p.offset = stored_offset(type);
+        p.cols = cols;
+        p.y = columns.data() + col0;
+        p.y_stride = n;
+        p.bias = bias.data() + col0;
+        dot_group_avx512(p);
+      }
+      INFO(to_string(type) << " m " << m);
+      REQUIRE(std::memcmp(lanes.data(), columns.data(), m * n * sizeof(float)) == 0);
+    }
+  }
+}

@@ -168,20 +168,6 @@ inline void store_lane_rows(const Problem& p, size_t row0, const __m256 (&acc)[M
   });
 }
 
-// Asks for part `slice` of `slices` equal parts of the next column group's
-// weight rows (next_bytes from next; see LaneGroupProblem::next). The
-// kernels spread these over their first rows' blocks: the next group's
-// burst of reads then finds its lines in the caches, where asking for them
-// all at once overflows the outstanding misses and loses most.
-inline void prefetch_next_slice(const uint8_t* next, size_t next_bytes, size_t slice,
-                                size_t slices) {
-  const size_t lines = (next_bytes + 63) / 64;
-  const size_t per_slice = (lines + slices - 1) / slices;
-  const size_t end = std::min(lines, (slice + 1) * per_slice);
-  for (size_t line = slice * per_slice; line < end; ++line)
-    _mm_prefetch(reinterpret_cast<const char*>(next + 64 * line), _MM_HINT_T0);
-}
-
 // MR rows of x against a Q8_0 lane group (see LaneGroupProblem).
 template <int MR>
 __attribute__((flatten, noinline)) void q8_0_lanes_block(const LaneGroupProblem& p, size_t row0) {

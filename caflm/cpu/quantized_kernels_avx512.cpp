@@ -27,6 +27,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cstring>
 #include <utility>
 
 #include "caflm/cpu/simd_helpers.hpp"
@@ -365,7 +366,69 @@ void sweep(const GroupProblem& p) {
   }
 }
 
+// MR rows of x against a lane group (see WideLaneGroupProblem): one
+// vpdpbusd takes the same 4 quants of all 16 columns against 4 of a row's,
+// and one set of float steps per block serves the 16 columns.
+template <int MR>
+__attribute__((flatten, noinline)) void q8_0_lanes_block(const WideLaneGroupProblem& p,
+                                                         size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 32;
+  __m512 acc[MR];
+  unrolled<MR>([&](int i) { acc[i] = _mm512_setzero_ps(); });
+  for (size_t b = 0; b < nb; ++b) {
+    if (row0 == 0)
+      prefetch_next_slice(p.next, p.next_bytes, b, nb);
+    // Each sum starts at -offset * sum(x), leaving the signed quants' dot.
+    __m512i sums[MR];
+    unrolled<MR>([&](int i) {
+      sums[i] = _mm512_set1_epi32(-p.offset * int32_t{p.x_sums[(row0 + i) * nb + b]});
+    });
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; ++t) {
+      const size_t quad = 8 * b + t;
+      const __m512i w = load(p.w.q + 64 * quad);
+      unrolled<MR>([&](int i) {
+        int32_t four;
+        std::memcpy(&four, p.x_q + (row0 + i) * k + 4 * quad, 4);
+        sums[i] = _mm512_dpbusd_epi32(sums[i], w, _mm512_set1_epi32(four));
+      });
+    }
+    const __m512 w_d = _mm512_loadu_ps(p.w.d + kWideLaneGroupCols * b);
+    unrolled<MR>([&](int i) {
+      const __m512 x_d = _mm512_set1_ps(p.x_d[(row0 + i) * nb + b]);
+      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[i]), x_d), w_d, acc[i]);
+    });
+  }
+  const auto valid = static_cast<__mmask16>((1u << p.cols) - 1);
+  const __m512 bias =
+      p.bias != nullptr ? _mm512_maskz_loadu_ps(valid, p.bias) : _mm512_setzero_ps();
+  unrolled<MR>([&](int i) {
+    const __m512 out = p.bias != nullptr ? _mm512_add_ps(acc[i], bias) : acc[i];
+    _mm512_mask_storeu_ps(p.y + (row0 + i) * p.y_stride, valid, out);
+  });
+}
+
+// The last `left` < R + 1 rows from `row`, in one block.
+template <int R>
+void q8_0_lanes_remainder(const WideLaneGroupProblem& p, size_t row, size_t left) {
+  if constexpr (R > 0) {
+    if (left == R)
+      return q8_0_lanes_block<R>(p, row);
+    q8_0_lanes_remainder<R - 1>(p, row, left);
+  }
+}
+
 } // namespace
+
+void dot_q8_0_lanes_avx512(const WideLaneGroupProblem& p) {
+  // 8 rows: 8 independent vpdpbusd chains per load of the weights.
+  constexpr int kRows = 8;
+  size_t row = 0;
+  for (; row + kRows <= p.m; row += kRows)
+    q8_0_lanes_block<kRows>(p, row);
+  q8_0_lanes_remainder<kRows - 1>(p, row, p.m - row);
+}
 
 void dot_group_avx512(const GroupProblem& p) {
   switch (p.kind) {

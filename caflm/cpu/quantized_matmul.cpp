@@ -567,6 +567,62 @@ void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t r
                               " blocks are not Q8_0, Q4_0 or Q5_0");
 }
 
+int unsigned_offset(TensorType type) {
+  return type == TensorType::Q8_0 ? 128 : stored_offset(type);
+}
+
+namespace {
+
+template <TensorType kType>
+void interleave_unsigned_blocks(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols,
+                                size_t k, uint8_t* __restrict__ q, float* __restrict__ d) {
+  using Blocks = SignedBlocks<kType>;
+  const size_t nb = k / 32;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (size_t b = 0; b < nb; ++b) {
+    // Columns 8h .. 8h + 7, transposed into the low (h = 0) or high (h = 1)
+    // 32 bytes of each quad's 64.
+    for (size_t h = 0; h < kWideLaneGroupCols / kLaneGroupCols; ++h) {
+      __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+      for (size_t i = 0; i < kLaneGroupCols; ++i) {
+        const size_t j = kLaneGroupCols * h + i;
+        if (j < cols) {
+          const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
+          if constexpr (Blocks::kOffset == 0)
+            in[i] = _mm256_xor_si256(Blocks::quants(block), flip); // q + 128
+          else
+            in[i] = Blocks::stored(block);
+          d[kWideLaneGroupCols * b + j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
+        } else {
+          in[i] = _mm256_setzero_si256();
+          d[kWideLaneGroupCols * b + j] = 0.0f;
+        }
+      }
+      transpose_8x8_epi32(in, out);
+      for (size_t t = 0; t < 8; ++t)
+        store(q + (8 * b + t) * 64 + 32 * h, out[t]);
+    }
+  }
+}
+
+} // namespace
+
+void interleave_unsigned(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                         size_t cols, size_t k, uint8_t* __restrict__ q, float* __restrict__ d) {
+  switch (type) {
+  case TensorType::Q8_0:
+    return interleave_unsigned_blocks<TensorType::Q8_0>(rows, row_bytes, cols, k, q, d);
+  case TensorType::Q4_0:
+    return interleave_unsigned_blocks<TensorType::Q4_0>(rows, row_bytes, cols, k, q, d);
+  case TensorType::Q5_0:
+    return interleave_unsigned_blocks<TensorType::Q5_0>(rows, row_bytes, cols, k, q, d);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("interleave_unsigned: ") + to_string(type) +
+                              " blocks are not Q8_0, Q4_0 or Q5_0");
+}
+
 void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
                       int16_t* __restrict__ scales, int16_t* __restrict__ mins) {
   const size_t subs = k / 16;
@@ -744,6 +800,36 @@ struct SuperLaneScratch {
   }
 };
 
+// Q8_0, Q4_0 and Q5_0 on AVX-512 from kInterleaveMinRows rows: groups of
+// kWideLaneGroupCols columns, interleaved unsigned, against all rows of x.
+void q8_0_linear_avx512(TensorType type, const uint8_t* w_bytes, size_t w_row_bytes, size_t n,
+                        size_t k, const QuantizedRows& rows, size_t m, float* __restrict__ y,
+                        const float* __restrict__ bias) {
+  for_each_column_group(n, kWideLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
+    // This thread's interleaved column group, grown once.
+    thread_local std::vector<uint8_t> q;
+    thread_local std::vector<float> d;
+    q.resize(kWideLaneGroupCols * k);
+    d.resize(kWideLaneGroupCols * (k / 32));
+    interleave_unsigned(type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k, q.data(),
+                        d.data());
+    WideLaneGroupProblem p{};
+    p.offset = unsigned_offset(type);
+    p.k = k;
+    p.m = m;
+    p.x_q = rows.q;
+    p.x_d = rows.d;
+    p.x_sums = rows.bsums;
+    p.w = InterleavedUnsigned{q.data(), d.data()};
+    p.cols = cols;
+    p.y = y + col0;
+    p.y_stride = n;
+    p.bias = bias != nullptr ? bias + col0 : nullptr;
+    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
+    dot_q8_0_lanes_avx512(p);
+  });
+}
+
 // The K-quants on AVX2: groups of kLaneGroupCols columns, decoded, then
 // interleaved where enough rows of x share the cost, against all rows of x.
 void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
@@ -852,6 +938,12 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
   if ((kind == QuantKind::kLegacySigned || kind == QuantKind::kLegacyOffset) &&
       isa == MatmulIsa::Avx2) {
     q8_0_linear_avx2(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+    return;
+  }
+  if ((kind == QuantKind::kLegacySigned || kind == QuantKind::kLegacyOffset) &&
+      m >= kInterleaveMinRows) {
+    // AVX-512, or AMX below a whole panel.
+    q8_0_linear_avx512(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
     return;
   }
   if (is_super_kind(kind) && isa == MatmulIsa::Avx2) {

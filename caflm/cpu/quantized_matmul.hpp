@@ -239,6 +239,51 @@ struct SuperLaneGroupProblem {
 };
 void dot_super_lanes_avx2(const SuperLaneGroupProblem& p);
 
+/// Output columns the AVX-512 lane kernels take together: one per int32
+/// lane of a 512-bit vector.
+inline constexpr size_t kWideLaneGroupCols = 16;
+
+/// Q8_0, Q4_0 or Q5_0 weight rows of one AVX-512 column group, interleaved
+/// as InterleavedQ8_0 is but kWideLaneGroupCols wide and unsigned, as
+/// vpdpbusd takes them: Q8_0's quants plus 128, Q4_0's and Q5_0's stored
+/// ones. Their offset (128, 8 or 16) comes back through sum(x).
+struct InterleavedUnsigned {
+  const uint8_t* q; // [k / 4, kWideLaneGroupCols, 4]
+  const float* d;   // [k / 32, kWideLaneGroupCols] block scales
+};
+
+/// The offset of InterleavedUnsigned's quants: 128 for Q8_0, else
+/// stored_offset().
+int unsigned_offset(TensorType type);
+
+/// Interleaves the rows `rows + j * row_bytes` (j < cols, each k values) of
+/// a Q8_0, Q4_0 or Q5_0 weight into InterleavedUnsigned's layout. Columns
+/// past `cols` get zero quants and scales.
+void interleave_unsigned(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                         size_t cols, size_t k, uint8_t* __restrict__ q, float* __restrict__ d);
+
+/// One AVX-512 column group of Q8_0, Q4_0 or Q5_0 against at least
+/// kInterleaveMinRows rows of x. Per output element the float operations of
+/// dot_group_avx512 (and so of the AMX kernels): the exact integer dot
+/// product s_b of each block, then acc = fma(cvt(s_b) * d_x, d_w, acc) block
+/// after block, then + bias.
+struct WideLaneGroupProblem {
+  int offset; // unsigned_offset()
+  size_t k;
+  size_t m;
+  const int8_t* x_q;     // [m, k]
+  const float* x_d;      // [m, k / 32]
+  const int16_t* x_sums; // [m, k / 32] sums of each block's quants
+  InterleavedUnsigned w;
+  size_t cols; // 1..kWideLaneGroupCols
+  float* y;    // y[r * y_stride + j] for column j of the group
+  size_t y_stride;
+  const float* bias;   // [cols] or null
+  const uint8_t* next; // as LaneGroupProblem's
+  size_t next_bytes;
+};
+void dot_q8_0_lanes_avx512(const WideLaneGroupProblem& p);
+
 /// The dot kernels, one per instruction set (the AVX-512 and AMX ones live
 /// in translation units of their own, compiled with those enabled, and are
 /// only called when the CPU has them). On AVX2 only Q4_1 and Q5_1 take

@@ -1,12 +1,14 @@
 #pragma once
 
-// What every CPU kernel file shares: straight-line unrolling and the fixed
-// orders of horizontal sums. Internal linkage, so that each file, compiled
-// for its own instruction set, keeps its own copy (the AVX-512 ones only
-// where the file is compiled with AVX-512). Internals of caflm/cpu.
+// What every CPU kernel file shares: straight-line unrolling, the fixed
+// orders of horizontal sums and the lane kernels' prefetch of the next
+// group. Internal linkage, so that each file, compiled for its own
+// instruction set, keeps its own copy (the AVX-512 ones only where the file
+// is compiled with AVX-512). Internals of caflm/cpu.
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -58,6 +60,20 @@ inline float hsum8(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+/// Asks for part `slice` of `slices` equal parts of the next column group's
+/// weight rows (next_bytes from next; see LaneGroupProblem::next). The
+/// kernels spread these over their first rows' blocks: the next group's
+/// burst of reads then finds its lines in the caches, where asking for them
+/// all at once overflows the outstanding misses and loses most.
+inline void prefetch_next_slice(const uint8_t* next, size_t next_bytes, size_t slice,
+                                size_t slices) {
+  const size_t lines = (next_bytes + 63) / 64;
+  const size_t per_slice = (lines + slices - 1) / slices;
+  const size_t end = std::min(lines, (slice + 1) * per_slice);
+  for (size_t line = slice * per_slice; line < end; ++line)
+    _mm_prefetch(reinterpret_cast<const char*>(next + 64 * line), _MM_HINT_T0);
 }
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
