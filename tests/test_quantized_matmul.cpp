@@ -255,8 +255,8 @@ TEST_CASE("column tiles cover every column once, evenly across the team", "[quan
   }
 }
 
-// The AVX-512 lane kernels (Q8_0, Q4_0, Q5_0 from kInterleaveMinRows rows)
-// must give the bits of the column kernels they replace there, which still
+// The AVX-512 lane kernels (every type but Q4_1 and Q5_1, from
+// kInterleaveMinRows rows) must give the bits of the column kernels they replace there, which still
 // take fewer rows and the AMX kernels' leftover rows and share their float
 // steps with the AMX kernels: a sequence's logits must not depend on which
 // of them its batch picked.
@@ -269,9 +269,12 @@ TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
   std::mt19937 rng(29);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   // n = 37: two whole groups of 16 and a ragged one; k = 288: an odd number
-  // of blocks; m crosses the kernels' 8-row blocks and their remainders.
-  constexpr size_t n = 37, k = 288;
-  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0}) {
+  // of blocks (512 for the K-quants: two super-blocks); m crosses the
+  // kernels' 8-row blocks and their remainders.
+  constexpr size_t n = 37;
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q2_K,
+                          TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    const size_t k = tensor_block_size(type) == 256 ? 512 : 288;
     std::vector<float> values(n * k);
     for (float& v : values)
       v = uniform(rng);
@@ -294,11 +297,13 @@ TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
       std::vector<float> columns(m * n);
       std::vector<uint8_t> q(kGroupCols * k);
       std::vector<float> d(kGroupCols * k / 32), mm(kGroupCols * k / 32);
+      std::vector<int8_t> scales(kGroupCols * k / 16);
+      std::vector<int16_t> mins(kGroupCols * k / 16);
       for (size_t col0 = 0; col0 < n; col0 += kGroupCols) {
         const size_t cols = std::min(kGroupCols, n - col0);
         for (size_t j = 0; j < cols; ++j)
           decode_weight_row(type, bytes.data() + (col0 + j) * row_bytes, k, j, q.data(), d.data(),
-                            mm.data(), nullptr, nullptr);
+                            mm.data(), scales.data(), mins.data());
         GroupProblem p{};
         p.kind = quant_kind(type);
         p.k = k;
@@ -307,7 +312,7 @@ TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
         p.x_d = rows.d;
         p.x_s = rows.s;
         p.x_bsums = rows.bsums;
-        p.w = DecodedColumns{q.data(), d.data(), mm.data(), nullptr, nullptr};
+        p.w = DecodedColumns{q.data(), d.data(), mm.data(), scales.data(), mins.data()};
         p.offset = stored_offset(type);
         p.cols = cols;
         p.y = columns.data() + col0;

@@ -419,6 +419,91 @@ void q8_0_lanes_remainder(const WideLaneGroupProblem& p, size_t row, size_t left
   }
 }
 
+// MR rows of x against a K-quant lane group (see WideSuperLaneGroupProblem):
+// per sub-block one vpdpbusd chain of kScaleQuads quads for all 16 columns,
+// times the columns' scales; per super-block the mins against the row's
+// block sums, two 16s per vpdpwssd.
+template <int MR, bool kWithMin, int kScaleQuads>
+__attribute__((flatten, noinline)) void super_lanes_block(const WideSuperLaneGroupProblem& p,
+                                                          size_t row0) {
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[MR];
+  unrolled<MR>([&](int i) { acc[i] = _mm512_setzero_ps(); });
+  for (size_t b = 0; b < nb; ++b) {
+    if (row0 == 0)
+      prefetch_next_slice(p.next, p.next_bytes, b, nb);
+    __m512i sums[MR];
+    unrolled<MR>([&](int i) { sums[i] = zero; });
+    for (size_t s = 0; s < 64 / kScaleQuads; ++s) {
+      __m512i part[MR];
+      unrolled<MR>([&](int i) { part[i] = zero; });
+#pragma GCC unroll 8
+      for (size_t t = 0; t < kScaleQuads; ++t) {
+        const size_t quad = 64 * b + kScaleQuads * s + t;
+        const __m512i w = load(p.w.q + 64 * quad);
+        unrolled<MR>([&](int i) {
+          int32_t four;
+          std::memcpy(&four, p.x_q + (row0 + i) * k + 4 * quad, 4);
+          part[i] = _mm512_dpbusd_epi32(part[i], w, _mm512_set1_epi32(four));
+        });
+      }
+      // The scale of the sub-block's first 16 (the same for all of them).
+      const __m512i scales = load(p.w.scales + kWideLaneGroupCols * (16 * b + kScaleQuads / 4 * s));
+      unrolled<MR>(
+          [&](int i) { sums[i] = _mm512_add_epi32(sums[i], _mm512_mullo_epi32(part[i], scales)); });
+    }
+    const __m512 w_d = _mm512_loadu_ps(p.d + kWideLaneGroupCols * b);
+    const __m512 w_dmin = kWithMin ? _mm512_loadu_ps(p.dmin + kWideLaneGroupCols * b) : w_d;
+    unrolled<MR>([&](int i) {
+      const int16_t* bsums = p.x_bsums + (row0 + i) * (k / 16) + 16 * b;
+      __m512i mins = zero;
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t) {
+        int32_t pair;
+        std::memcpy(&pair, bsums + 2 * t, 4);
+        mins = _mm512_dpwssd_epi32(mins, load(p.w.mins + 2 * kWideLaneGroupCols * (8 * b + t)),
+                                   _mm512_set1_epi32(pair));
+      }
+      const __m512 x_d = _mm512_set1_ps(p.x_d[(row0 + i) * nb + b]);
+      if constexpr (kWithMin) {
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[i]), x_d), w_d, acc[i]);
+        acc[i] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(mins), x_d), w_dmin, acc[i]);
+      } else {
+        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums[i], mins)), x_d);
+        acc[i] = _mm512_fmadd_ps(t, w_d, acc[i]);
+      }
+    });
+  }
+  const auto valid = static_cast<__mmask16>((1u << p.cols) - 1);
+  const __m512 bias =
+      p.bias != nullptr ? _mm512_maskz_loadu_ps(valid, p.bias) : _mm512_setzero_ps();
+  unrolled<MR>([&](int i) {
+    const __m512 out = p.bias != nullptr ? _mm512_add_ps(acc[i], bias) : acc[i];
+    _mm512_mask_storeu_ps(p.y + (row0 + i) * p.y_stride, valid, out);
+  });
+}
+
+// The last `left` < R + 1 rows from `row`, in one block.
+template <int R, bool kWithMin, int kScaleQuads>
+void super_lanes_remainder(const WideSuperLaneGroupProblem& p, size_t row, size_t left) {
+  if constexpr (R > 0) {
+    if (left == R)
+      return super_lanes_block<R, kWithMin, kScaleQuads>(p, row);
+    super_lanes_remainder<R - 1, kWithMin, kScaleQuads>(p, row, left);
+  }
+}
+
+template <bool kWithMin, int kScaleQuads>
+void super_lanes(const WideSuperLaneGroupProblem& p) {
+  constexpr int kRows = 8;
+  size_t row = 0;
+  for (; row + kRows <= p.m; row += kRows)
+    super_lanes_block<kRows, kWithMin, kScaleQuads>(p, row);
+  super_lanes_remainder<kRows - 1, kWithMin, kScaleQuads>(p, row, p.m - row);
+}
+
 } // namespace
 
 void dot_q8_0_lanes_avx512(const WideLaneGroupProblem& p) {
@@ -428,6 +513,15 @@ void dot_q8_0_lanes_avx512(const WideLaneGroupProblem& p) {
   for (; row + kRows <= p.m; row += kRows)
     q8_0_lanes_block<kRows>(p, row);
   q8_0_lanes_remainder<kRows - 1>(p, row, p.m - row);
+}
+
+void dot_super_lanes_avx512(const WideSuperLaneGroupProblem& p) {
+  if (p.kind == QuantKind::kSuperOffset)
+    super_lanes<false, 4>(p);
+  else if (p.scale_quads == 8)
+    super_lanes<true, 8>(p);
+  else
+    super_lanes<true, 4>(p);
 }
 
 void dot_group_avx512(const GroupProblem& p) {

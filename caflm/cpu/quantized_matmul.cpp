@@ -332,16 +332,19 @@ void decode_super(const uint8_t* __restrict__ row, size_t nb, uint8_t* __restric
 inline __attribute__((always_inline)) void transpose_8x8_epi32(const __m256i (&in)[8],
                                                                __m256i (&out)[8]) {
   __m256i t[8], u[8];
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
     t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
   }
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
     u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
     u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
     u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
   }
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     out[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
     out[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
@@ -629,9 +632,11 @@ void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q
   __m256i in[kLaneGroupCols], out[kLaneGroupCols];
   // Quants: 32 values (8 quads) of each column at a time.
   for (size_t chunk = 0; chunk < k / 32; ++chunk) {
+#pragma GCC unroll 8
     for (size_t j = 0; j < kLaneGroupCols; ++j)
       in[j] = load32(w.q + j * k + 32 * chunk);
     transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
     for (size_t t = 0; t < 8; ++t)
       store(q + (8 * chunk + t) * 32, out[t]);
   }
@@ -639,6 +644,7 @@ void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q
   // lane holding the int16 scale twice.
   const __m256i low16 = _mm256_set1_epi32(0xFFFF);
   for (size_t s0 = 0; s0 < subs; s0 += 8) {
+#pragma GCC unroll 8
     for (size_t j = 0; j < kLaneGroupCols; ++j) {
       int64_t eight;
       std::memcpy(&eight, w.scales + j * subs + s0, 8);
@@ -646,16 +652,65 @@ void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q
       in[j] = _mm256_or_si256(_mm256_and_si256(wide, low16), _mm256_slli_epi32(wide, 16));
     }
     transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
     for (size_t t = 0; t < 8; ++t)
       store(scales + 16 * (s0 + t), out[t]);
   }
   // Mins: 8 pairs of sub-blocks (one int32 each) of each column at a time.
   for (size_t pair0 = 0; pair0 < subs / 2; pair0 += 8) {
+#pragma GCC unroll 8
     for (size_t j = 0; j < kLaneGroupCols; ++j)
       in[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.mins + j * subs + 2 * pair0));
     transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
     for (size_t t = 0; t < 8; ++t)
       store(mins + 16 * (pair0 + t), out[t]);
+  }
+}
+
+void interleave_super_wide(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
+                           int32_t* __restrict__ scales, int16_t* __restrict__ mins) {
+  const size_t subs = k / 16;
+  __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+  // Columns 8h .. 8h + 7 go to the low (h = 0) or high (h = 1) half of each
+  // 16-column row of the layout.
+  for (size_t h = 0; h < kWideLaneGroupCols / kLaneGroupCols; ++h) {
+    const uint8_t* w_q = w.q + kLaneGroupCols * h * k;
+    const int8_t* w_scales = w.scales + kLaneGroupCols * h * subs;
+    const int16_t* w_mins = w.mins + kLaneGroupCols * h * subs;
+    // Quants: 32 values (8 quads) of each column at a time.
+    for (size_t chunk = 0; chunk < k / 32; ++chunk) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kLaneGroupCols; ++j)
+        in[j] = load32(w_q + j * k + 32 * chunk);
+      transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t)
+        store(q + (8 * chunk + t) * 64 + 32 * h, out[t]);
+    }
+    // Scales: 8 of each column at a time, widened to int32.
+    for (size_t s0 = 0; s0 < subs; s0 += 8) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kLaneGroupCols; ++j) {
+        int64_t eight;
+        std::memcpy(&eight, w_scales + j * subs + s0, 8);
+        in[j] = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(eight));
+      }
+      transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t)
+        store(scales + kWideLaneGroupCols * (s0 + t) + kLaneGroupCols * h, out[t]);
+    }
+    // Mins: 8 pairs of 16s (one int32 each) of each column at a time.
+    for (size_t pair0 = 0; pair0 < subs / 2; pair0 += 8) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kLaneGroupCols; ++j)
+        in[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_mins + j * subs + 2 * pair0));
+      transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t)
+        store(mins + 2 * (kWideLaneGroupCols * (pair0 + t) + kLaneGroupCols * h), out[t]);
+    }
   }
 }
 
@@ -830,6 +885,86 @@ void q8_0_linear_avx512(TensorType type, const uint8_t* w_bytes, size_t w_row_by
   });
 }
 
+// One thread's scratch for an AVX-512 K-quant lane group of k-value columns.
+struct WideSuperLaneScratch {
+  size_t k = 0;
+  std::vector<uint8_t> q;      // decoded: [kWideLaneGroupCols, k]
+  std::vector<int8_t> scales;  // [kWideLaneGroupCols, k / 16]
+  std::vector<int16_t> mins;   // [kWideLaneGroupCols, k / 16]
+  std::vector<float> d;        // [k / 256, kWideLaneGroupCols]
+  std::vector<float> dmin;     // [k / 256, kWideLaneGroupCols]
+  std::vector<uint8_t> lane_q; // interleaved: InterleavedSuperWide's arrays
+  std::vector<int32_t> lane_scales;
+  std::vector<int16_t> lane_mins;
+
+  void fit(size_t columns_k) {
+    if (k == columns_k)
+      return;
+    k = columns_k;
+    q.resize(kWideLaneGroupCols * k);
+    scales.resize(kWideLaneGroupCols * k / 16);
+    mins.resize(kWideLaneGroupCols * k / 16);
+    d.resize(kWideLaneGroupCols * k / 256);
+    dmin.resize(kWideLaneGroupCols * k / 256);
+    lane_q.resize(kWideLaneGroupCols * k);
+    lane_scales.resize(kWideLaneGroupCols * k / 16);
+    lane_mins.resize(kWideLaneGroupCols * k / 16);
+  }
+};
+
+// The K-quants on AVX-512 from kInterleaveMinRows rows: groups of
+// kWideLaneGroupCols columns, decoded and interleaved, against all rows of x.
+void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind,
+                         const QuantizedRows& rows, size_t m, float* __restrict__ y,
+                         const float* __restrict__ bias) {
+  const size_t k = w.cols;
+  const size_t n = w.rows;
+  const size_t nb = k / 256;
+  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  for_each_column_group(n, kWideLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
+    thread_local WideSuperLaneScratch scratch; // grown once per width
+    scratch.fit(k);
+    for (size_t j = 0; j < cols; ++j)
+      decode_super_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
+                       scratch.scales.data(), scratch.mins.data(), scratch.d.data() + j,
+                       scratch.dmin.data() + j, kWideLaneGroupCols);
+    if (cols < kWideLaneGroupCols) {
+      // A ragged last group's missing columns: zeros, which the kernel
+      // reads as it reads the others.
+      std::fill(scratch.q.begin() + cols * k, scratch.q.end(), uint8_t{0});
+      std::fill(scratch.scales.begin() + cols * (k / 16), scratch.scales.end(), int8_t{0});
+      std::fill(scratch.mins.begin() + cols * (k / 16), scratch.mins.end(), int16_t{0});
+      for (size_t b = 0; b < nb; ++b)
+        for (size_t j = cols; j < kWideLaneGroupCols; ++j) {
+          scratch.d[kWideLaneGroupCols * b + j] = 0.0f;
+          scratch.dmin[kWideLaneGroupCols * b + j] = 0.0f;
+        }
+    }
+    interleave_super_wide(DecodedColumns{scratch.q.data(), nullptr, nullptr, scratch.scales.data(),
+                                         scratch.mins.data()},
+                          k, scratch.lane_q.data(), scratch.lane_scales.data(),
+                          scratch.lane_mins.data());
+    WideSuperLaneGroupProblem p{};
+    p.kind = kind;
+    p.k = k;
+    p.m = m;
+    p.x_q = rows.q;
+    p.x_d = rows.d;
+    p.x_bsums = rows.bsums;
+    p.w = InterleavedSuperWide{scratch.lane_q.data(), scratch.lane_scales.data(),
+                               scratch.lane_mins.data()};
+    p.d = scratch.d.data();
+    p.dmin = scratch.dmin.data();
+    p.scale_quads = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K ? 8 : 4;
+    p.cols = cols;
+    p.y = y + col0;
+    p.y_stride = n;
+    p.bias = bias != nullptr ? bias + col0 : nullptr;
+    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
+    dot_super_lanes_avx512(p);
+  });
+}
+
 // The K-quants on AVX2: groups of kLaneGroupCols columns, decoded, then
 // interleaved where enough rows of x share the cost, against all rows of x.
 void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
@@ -944,6 +1079,10 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
       m >= kInterleaveMinRows) {
     // AVX-512, or AMX below a whole panel.
     q8_0_linear_avx512(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+    return;
+  }
+  if (is_super_kind(kind) && isa != MatmulIsa::Avx2 && m >= kInterleaveMinRows) {
+    super_linear_avx512(w, w_row_bytes, kind, rows, m, y, bias);
     return;
   }
   if (is_super_kind(kind) && isa == MatmulIsa::Avx2) {

@@ -284,10 +284,54 @@ struct WideLaneGroupProblem {
 };
 void dot_q8_0_lanes_avx512(const WideLaneGroupProblem& p);
 
+/// K-quant weight rows of one AVX-512 column group (kWideLaneGroupCols
+/// columns, decoded as DecodedColumns, then interleaved): one vector holds
+/// the same 4 stored quants of all 16 columns, each 16 values' scale sits
+/// in its column's int32 lane, and each pair of 16s' mins in its column's
+/// int32 lane as two int16s.
+struct InterleavedSuperWide {
+  const uint8_t* q;      // [k / 4, kWideLaneGroupCols, 4] stored quants
+  const int32_t* scales; // [k / 16, kWideLaneGroupCols] scale of each 16 values
+  const int16_t* mins;   // [k / 32, kWideLaneGroupCols, 2] mins of 16s 2t and 2t + 1
+};
+
+/// Interleaves a decoded K-quant group's kWideLaneGroupCols columns (k
+/// values each; q, scales and mins) into InterleavedSuperWide's layout.
+void interleave_super_wide(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
+                           int32_t* __restrict__ scales, int16_t* __restrict__ mins);
+
+/// One AVX-512 K-quant column group against at least kInterleaveMinRows
+/// rows of x. Per output element the float operations of dot_group_avx512
+/// (and so of the AMX kernels): per super-block the exact integer sums S =
+/// sum_s sc_s (w . x)_s and M = sum_s min_s bsum_s, then acc = fma(cvt(S -
+/// M) * d_x, d_w, acc) (kSuperOffset), or acc = fma(cvt(S) * d_x, d_w, acc)
+/// and acc = fnmadd(cvt(M) * d_x, dmin_w, acc) (kSuperWithMin); then + bias.
+struct WideSuperLaneGroupProblem {
+  QuantKind kind; // kSuperWithMin or kSuperOffset
+  size_t k;
+  size_t m;
+  const int8_t* x_q;      // [m, k]
+  const float* x_d;       // [m, k / 256]
+  const int16_t* x_bsums; // [m, k / 16]
+  InterleavedSuperWide w;
+  const float* d;    // [k / 256, kWideLaneGroupCols]
+  const float* dmin; // [k / 256, kWideLaneGroupCols] (kSuperWithMin)
+  int scale_quads;   // quads under one scale: 8 (Q4_K, Q5_K: sub-blocks of 32) or 4
+  size_t cols;       // 1..kWideLaneGroupCols
+  float* y;          // y[r * y_stride + j] for column j of the group
+  size_t y_stride;
+  const float* bias;   // [cols] or null
+  const uint8_t* next; // as LaneGroupProblem's
+  size_t next_bytes;
+};
+void dot_super_lanes_avx512(const WideSuperLaneGroupProblem& p);
+
 /// The dot kernels, one per instruction set (the AVX-512 and AMX ones live
 /// in translation units of their own, compiled with those enabled, and are
 /// only called when the CPU has them). On AVX2 only Q4_1 and Q5_1 take
-/// dot_group_avx2; the others take the lane kernels above.
+/// dot_group_avx2; the others take the lane kernels above. On AVX-512 the
+/// lane kernels take kInterleaveMinRows rows and more of every type but
+/// Q4_1 and Q5_1; dot_group_avx512 the rest, with the same bits.
 void dot_group_avx2(const GroupProblem& p);
 void dot_group_avx512(const GroupProblem& p);
 
