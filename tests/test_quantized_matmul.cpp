@@ -255,12 +255,13 @@ TEST_CASE("column tiles cover every column once, evenly across the team", "[quan
   }
 }
 
-// The AVX-512 lane kernels (every type but Q4_1 and Q5_1, from
-// kInterleaveMinRows rows) must give the bits of the column kernels they replace there, which still
-// take fewer rows and the AMX kernels' leftover rows and share their float
-// steps with the AMX kernels: a sequence's logits must not depend on which
-// of them its batch picked.
-TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
+// The lane kernels (every type but Q4_1 and Q5_1: AVX-512's from
+// kInterleaveMinRows rows, AVX2's below that and on AVX2 machines) must give
+// the bits of the AVX-512 column kernels, which still take the AMX kernels'
+// leftover rows and share their float steps with the AMX kernels: a
+// sequence's logits must depend neither on which of them its batch picked
+// nor on its replica's CPU.
+TEST_CASE("AVX-512 and AVX2 lane kernels give the bits of the AVX-512 column kernels",
           "[quantized_matmul][batch_invariance]") {
   if (!matmul_isa_supported(MatmulIsa::Avx512)) {
     WARN("skipped: this CPU has no AVX-512 VNNI");
@@ -270,7 +271,7 @@ TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   // n = 37: two whole groups of 16 and a ragged one; k = 288: an odd number
   // of blocks (512 for the K-quants: two super-blocks); m crosses the
-  // kernels' 8-row blocks and their remainders.
+  // in-place rows, the AVX-512 kernels' 8-row blocks and their remainders.
   constexpr size_t n = 37;
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q2_K,
                           TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
@@ -284,12 +285,14 @@ TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
     for (float& v : bias)
       v = uniform(rng);
     const WeightView w{type, bytes.data(), n, k};
-    for (size_t m : {4, 7, 8, 13, 16, 21}) {
+    for (size_t m : {1, 2, 3, 4, 7, 8, 13, 16, 21}) {
       std::vector<float> x(m * k);
       for (float& v : x)
         v = uniform(rng);
       std::vector<float> lanes(m * n);
       quantized_linear(MatmulIsa::Avx512, w, x.data(), m, lanes.data(), bias.data());
+      std::vector<float> avx2_lanes(m * n);
+      quantized_linear(MatmulIsa::Avx2, w, x.data(), m, avx2_lanes.data(), bias.data());
 
       QuantizedActivations act;
       act.quantize(activation_type(type), x.data(), m, k);
@@ -322,6 +325,7 @@ TEST_CASE("AVX-512 lane kernels give the bits of the AVX-512 column kernels",
       }
       INFO(to_string(type) << " m " << m);
       REQUIRE(std::memcmp(lanes.data(), columns.data(), m * n * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(avx2_lanes.data(), columns.data(), m * n * sizeof(float)) == 0);
     }
   }
 }

@@ -2,9 +2,10 @@
 //
 // Per output element the float operations are, for Q8_0, Q4_0 and Q5_0 (the
 // latter two read as Q8_0 quants of the same values: SignedBlocks), one
-// scalar chain acc = fma(cvt(s_b) * d_w, d_x, acc) over the exact block sums
+// scalar chain acc = fma(cvt(s_b) * d_x, d_w, acc) over the exact block sums
 // s_b (eight outputs side by side in the lanes of one vector; see
-// LaneGroupProblem), then + bias. For Q4_1 and Q5_1, one 8-lane accumulator
+// LaneGroupProblem), then + bias: the AVX-512 and AMX kernels' steps, so
+// that all three give the same bits. For Q4_1 and Q5_1, one 8-lane accumulator
 // taking fma(cvt(block sums) * d_x, d_w) block by block (block sums: 8 int32
 // lanes, lane l the 4 products 4l..4l+3 of the block), plus a scalar
 // fma(m_w, s_x) chain; then a fixed horizontal sum of the lanes, + the scalar
@@ -143,7 +144,7 @@ inline void column_totals(PairLanes&& pair_lanes, __m256i (&totals)[MR]) {
 }
 
 // The float steps of a Q8_0 lane kernel at the end of block b, for MR rows
-// from row0 and the group's 8 columns at once: acc = fma(cvt(s_b) * d_w, d_x,
+// from row0 and the group's 8 columns at once: acc = fma(cvt(s_b) * d_x, d_w,
 // acc). Both lane kernels take them from here, so that their outputs agree
 // bit for bit.
 // w_d: the 8 columns' scales of block b.
@@ -153,7 +154,7 @@ inline void add_lane_block(const LaneGroupProblem& p, size_t row0, size_t b, __m
   const size_t nb = p.k / 32;
   unrolled<MR>([&](int i) {
     const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
-    acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), w_d), x_d, acc[i]);
+    acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums[i]), x_d), w_d, acc[i]);
   });
 }
 

@@ -1070,41 +1070,35 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     return;
   }
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  if ((kind == QuantKind::kLegacySigned || kind == QuantKind::kLegacyOffset) &&
-      isa == MatmulIsa::Avx2) {
-    q8_0_linear_avx2(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+  // AVX-512 (or AMX below a whole panel) takes the AVX2 lane kernels below
+  // kInterleaveMinRows rows: their in-place reads, with the same bits.
+  const bool avx2_lanes = isa == MatmulIsa::Avx2 || m < kInterleaveMinRows;
+  if (kind == QuantKind::kLegacySigned || kind == QuantKind::kLegacyOffset) {
+    if (avx2_lanes)
+      q8_0_linear_avx2(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+    else
+      q8_0_linear_avx512(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
     return;
   }
-  if ((kind == QuantKind::kLegacySigned || kind == QuantKind::kLegacyOffset) &&
-      m >= kInterleaveMinRows) {
-    // AVX-512, or AMX below a whole panel.
-    q8_0_linear_avx512(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+  if (is_super_kind(kind)) {
+    if (avx2_lanes)
+      super_linear_avx2(w, w_row_bytes, kind, rows, m, y, bias);
+    else
+      super_linear_avx512(w, w_row_bytes, kind, rows, m, y, bias);
     return;
   }
-  if (is_super_kind(kind) && isa != MatmulIsa::Avx2 && m >= kInterleaveMinRows) {
-    super_linear_avx512(w, w_row_bytes, kind, rows, m, y, bias);
-    return;
-  }
-  if (is_super_kind(kind) && isa == MatmulIsa::Avx2) {
-    super_linear_avx2(w, w_row_bytes, kind, rows, m, y, bias);
-    return;
-  }
+  // Q4_1 and Q5_1: decoded column groups.
   for_each_column_group(n, kGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     // This thread's unpacked column group, grown once.
     thread_local std::vector<uint8_t> q;
     thread_local std::vector<float> d;
     thread_local std::vector<float> mm;
-    thread_local std::vector<int8_t> scales;
-    thread_local std::vector<int16_t> mins;
     q.resize(kGroupCols * k);
     d.resize(kGroupCols * (k / 32));
     mm.resize(kGroupCols * (k / 32));
-    const bool super = is_super_kind(kind);
-    scales.resize(super ? kGroupCols * k / 16 : 0);
-    mins.resize(super ? kGroupCols * k / 16 : 0);
     for (size_t j = 0; j < cols; ++j) {
       decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, q.data(), d.data(),
-                        mm.data(), scales.data(), mins.data());
+                        mm.data(), nullptr, nullptr);
     }
     GroupProblem p{};
     p.kind = kind;
@@ -1114,7 +1108,7 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     p.x_d = xd;
     p.x_s = xs;
     p.x_bsums = xb;
-    p.w = DecodedColumns{q.data(), d.data(), mm.data(), scales.data(), mins.data()};
+    p.w = DecodedColumns{q.data(), d.data(), mm.data(), nullptr, nullptr};
     p.offset = stored_offset(w.type);
     p.cols = cols;
     p.y = y + col0;

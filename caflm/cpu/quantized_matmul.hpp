@@ -151,7 +151,8 @@ inline constexpr size_t kInterleaveMinRows = 4;
 /// One AVX2 column group of Q8_0 (or Q4_0 or Q5_0, whose quants less their
 /// offset are Q8_0 quants) against all rows of x. Per output element: the
 /// exact integer dot product s_b of each block, then acc = fma(cvt(s_b) *
-/// d_w, d_x, acc) block after block, then + bias. Fewer than
+/// d_x, d_w, acc) block after block, then + bias (the steps of the AVX-512
+/// and AMX kernels, so the same bits as theirs). Fewer than
 /// kInterleaveMinRows rows read the weight rows in place (the same integers,
 /// summed another way, so the same bits); more take them interleaved.
 struct LaneGroupProblem {
@@ -330,8 +331,11 @@ void dot_super_lanes_avx512(const WideSuperLaneGroupProblem& p);
 /// in translation units of their own, compiled with those enabled, and are
 /// only called when the CPU has them). On AVX2 only Q4_1 and Q5_1 take
 /// dot_group_avx2; the others take the lane kernels above. On AVX-512 the
-/// lane kernels take kInterleaveMinRows rows and more of every type but
-/// Q4_1 and Q5_1; dot_group_avx512 the rest, with the same bits.
+/// wide lane kernels take kInterleaveMinRows rows and more of every type
+/// but Q4_1 and Q5_1, and the AVX2 lane kernels fewer (whose in-place reads
+/// beat AVX-512's decoding pass at a row or three); dot_group_avx512 takes
+/// Q4_1, Q5_1 and the AMX kernels' leftover rows. All of them give the same
+/// bits.
 void dot_group_avx2(const GroupProblem& p);
 void dot_group_avx512(const GroupProblem& p);
 
