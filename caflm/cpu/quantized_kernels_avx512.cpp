@@ -15,7 +15,11 @@
 // (scale * quant * x) and M (min * bsum), then acc = fma(float(S - M) * d_x,
 // d_w, acc) (offset kinds) or acc = fma(float(S) * d_x, d_w, acc) and acc =
 // fnmadd(float(M) * d_x, dmin_w, acc) (kinds with a min), then y = acc (+
-// bias). A block's columns share the float lanes of one register.
+// bias). A block's columns share the float lanes of one register. The lane
+// kernels (dot_q8_0_lanes_avx512, dot_super_lanes_avx512) take the same
+// float steps with a group's 16 columns in the lanes of one register, and
+// exact integer sums of every product (vpdpbusd into int32, no saturating
+// step), so they give the same bits.
 #include "caflm/cpu/quantized_matmul.hpp"
 
 // GCC 12's AVX-512 intrinsics (_mm512_cvtepi32_ps, _mm512_extractf32x8_ps...)
