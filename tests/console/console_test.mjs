@@ -164,7 +164,7 @@ async function main() {
     message = await send(chat, 'Tell me everything you know.', 3500);
     await eventually('the answer to stream', async () => (await answerText(message)).length > 10);
     await chat.click('#stop');
-    await chat.waitForSelector('.message.assistant[data-state="stopped"]', { timeout: ms(10000) });
+    await chat.waitForSelector('.message.assistant[data-state="stopped"]', { timeout: ms(30000) });
     await eventually('no request running and every block back (but the prefix cache\'s)', async () => {
       const running = await metric(base, 'vllm:num_requests_running');
       const used = await metric(base, 'caflm_engine_kv_blocks_used');
@@ -191,22 +191,27 @@ async function main() {
     const dashboard = await openPage(browser, `${base}/cluster`);
     await dashboard.waitForSelector(`[data-engine="${a.address}"][data-state="up"]`);
     await dashboard.waitForSelector(`[data-engine="${b.address}"][data-state="up"]`);
+    const generatedBefore = Object.fromEntries(
+      (await json(`${base}/v1/cluster`)).engines.map((engine) => [engine.name, engine.generated_tokens]));
     message = await send(chat, story, storyTokens);
-    // Which engine runs it, from the server (not the page), so the kill lands
-    // mid-answer however busy the browser is.
+    // Which engine runs it, and that it has streamed some of it, from the
+    // server (not the page), so the kill lands mid-answer however busy the
+    // browser is: the page renders text on animation frames, which a loaded
+    // machine may hold back until the answer has ended.
     let busy;
-    await eventually('an engine to report the answer running', async () => {
-      busy = (await json(`${base}/v1/cluster`)).engines.find((engine) => engine.running > 0);
+    await eventually('an engine to report the answer running and 20 tokens of it', async () => {
+      busy = (await json(`${base}/v1/cluster`)).engines.find((engine) => engine.running > 0 &&
+        engine.generated_tokens >= (generatedBefore[engine.name] ?? 0) + 20);
       return busy !== undefined;
-    }, ms(10000));
-    await eventually('the answer to stream', async () => (await answerText(message)).length > 20);
-    check(await message.getAttribute('data-state') === 'streaming', 'the answer ended before the kill');
+    }, ms(30000));
+    const state = await message.getAttribute('data-state');
+    check(state === 'streaming', `the answer ended before the kill (its state: ${state})`);
     const survivor = busy.name === a.address ? b.address : a.address;
     byAddress[busy.name].child.kill('SIGKILL');
 
-    await dashboard.waitForSelector(`[data-engine="${busy.name}"][data-state="lost"]`, { timeout: ms(10000) });
-    await dashboard.waitForSelector(`#timeline [data-event-type="engine_lost"]`, { timeout: ms(10000) });
-    await dashboard.waitForSelector(`#timeline [data-event-type="request_moved"]`, { timeout: ms(10000) });
+    await dashboard.waitForSelector(`[data-engine="${busy.name}"][data-state="lost"]`, { timeout: ms(30000) });
+    await dashboard.waitForSelector(`#timeline [data-event-type="engine_lost"]`, { timeout: ms(30000) });
+    await dashboard.waitForSelector(`#timeline [data-event-type="request_moved"]`, { timeout: ms(30000) });
     await chat.waitForSelector('.message.assistant[data-state="done"]', { timeout: ms(120000) });
     const moved = await figures(message);
     check(await answerText(message) === calmText, 'the answer after the failover differs from the fault-free one');
@@ -236,13 +241,13 @@ async function main() {
     // The API key: asked for once, then kept in the tab.
     const keyed = await serve(['--replicas', '1', '--kv-cache-mb', '64', '--api-key', 'sesame']);
     const keyedChat = await openPage(browser, `${keyed.address}/`);
-    await keyedChat.waitForSelector('#key-dialog[open]', { timeout: ms(10000) });
+    await keyedChat.waitForSelector('#key-dialog[open]', { timeout: ms(30000) });
     await keyedChat.fill('#api-key-input', 'sesame');
     await keyedChat.click('#key-save');
     message = await send(keyedChat, 'Hello!', 8);
     await keyedChat.waitForSelector('.message.assistant[data-state="done"]', { timeout: ms(60000) });
     await keyedChat.goto(`${keyed.address}/cluster`);
-    await keyedChat.waitForSelector('[data-engine="local-0"][data-state="up"]', { timeout: ms(10000) });
+    await keyedChat.waitForSelector('[data-engine="local-0"][data-state="up"]', { timeout: ms(30000) });
     check(!(await keyedChat.locator('#key-dialog[open]').count()), 'the key was asked for again');
   } finally {
     await browser.close();
