@@ -143,6 +143,18 @@ inline void column_totals(PairLanes&& pair_lanes, __m256i (&totals)[MR]) {
   });
 }
 
+// column_totals where each column's lanes come alone: column(j, lanes)
+// fills lanes[i] for column j.
+template <int MR, typename ColumnLanes>
+inline void column_totals_each(ColumnLanes&& column, __m256i (&totals)[MR]) {
+  column_totals<MR>(
+      [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
+        column(j0, lanes0);
+        column(j0 + 1, lanes1);
+      },
+      totals);
+}
+
 // The float steps of a Q8_0 lane kernel at the end of block b, for MR rows
 // from row0 and the group's 8 columns at once: acc = fma(cvt(s_b) * d_x, d_w,
 // acc). Both lane kernels take them from here, so that their outputs agree
@@ -303,12 +315,7 @@ __attribute__((flatten, noinline)) void signed_rows_block(const LaneGroupProblem
       }
     };
     __m256i sums[MR];
-    column_totals<MR>(
-        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
-          column(j0, lanes0);
-          column(j0 + 1, lanes1);
-        },
-        sums);
+    column_totals_each<MR>(column, sums);
     if constexpr (kStoredOffset) {
       unrolled<MR>([&](int i) {
         sums[i] = _mm256_sub_epi32(
@@ -639,19 +646,9 @@ __attribute__((flatten, noinline)) void q4_k_rows_block(const SuperLaneGroupProb
       });
     };
     __m256i sums[MR];
-    column_totals<MR>(
-        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
-          column_sums(j0, lanes0);
-          column_sums(j0 + 1, lanes1);
-        },
-        sums);
+    column_totals_each<MR>(column_sums, sums);
     __m256i min_sums[MR];
-    column_totals<MR>(
-        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
-          column_mins(j0, lanes0);
-          column_mins(j0 + 1, lanes1);
-        },
-        min_sums);
+    column_totals_each<MR>(column_mins, min_sums);
     // d and dmin of the 8 columns: the two f16 at each block's start.
     __m256 w_d, w_dmin;
     gather_f16_pairs(p, block_of(0), w_d, w_dmin);
@@ -727,19 +724,9 @@ __attribute__((flatten, noinline)) void q6_k_rows_block(const SuperLaneGroupProb
       });
     };
     __m256i sums[MR];
-    column_totals<MR>(
-        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
-          column_sums(j0, lanes0);
-          column_sums(j0 + 1, lanes1);
-        },
-        sums);
+    column_totals_each<MR>(column_sums, sums);
     __m256i min_sums[MR];
-    column_totals<MR>(
-        [&](size_t j0, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
-          column_offsets(j0, lanes0);
-          column_offsets(j0 + 1, lanes1);
-        },
-        min_sums);
+    column_totals_each<MR>(column_offsets, min_sums);
     // d: the f16 after the scales' last two bytes (the gather reads 4 bytes
     // ending with the block).
     static_assert(offsetof(BlockQ6_K, d) + 2 == sizeof(BlockQ6_K));
