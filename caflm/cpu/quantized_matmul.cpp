@@ -714,13 +714,6 @@ void interleave_super_wide(const DecodedColumns& w, size_t k, uint8_t* __restric
   }
 }
 
-void decode_super_row_lanes(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
-                            uint8_t* q, int8_t* scales, int16_t* mins, float* lane_d,
-                            float* lane_dmin) {
-  decode_super_row(type, row, k, col, q, scales, mins, lane_d + col, lane_dmin + col,
-                   kLaneGroupCols);
-}
-
 int super_quads_per_chain(TensorType weight_type) {
   return weight_type == TensorType::Q6_K ? 2 : 4;
 }
@@ -828,27 +821,62 @@ void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_byte
   });
 }
 
+// A K-quant lane group of kCols columns of k values, decoded as
+// DecodedColumns lays them out, with d and dmin in lanes: those of
+// super-block b at d[b * kCols + col].
+template <size_t kCols>
+struct DecodedSuperGroup {
+  size_t k = 0;
+  std::vector<uint8_t> q;     // [kCols, k]
+  std::vector<int8_t> scales; // [kCols, k / 16]
+  std::vector<int16_t> mins;  // [kCols, k / 16]
+  std::vector<float> d;       // [k / 256, kCols]
+  std::vector<float> dmin;    // [k / 256, kCols]
+
+  void fit(size_t columns_k) {
+    k = columns_k;
+    q.resize(kCols * k);
+    scales.resize(kCols * k / 16);
+    mins.resize(kCols * k / 16);
+    d.resize(kCols * k / 256);
+    dmin.resize(kCols * k / 256);
+  }
+
+  /// Decodes the `cols` rows `rows + j * row_bytes` of a `type` weight into
+  /// columns 0..cols - 1 and zeroes the rest (a ragged last group), which
+  /// the kernels then read as they read the others.
+  void decode(TensorType type, const uint8_t* rows, size_t row_bytes, size_t cols) {
+    for (size_t j = 0; j < cols; ++j)
+      decode_super_row(type, rows + j * row_bytes, k, j, q.data(), scales.data(), mins.data(),
+                       d.data() + j, dmin.data() + j, kCols);
+    if (cols == kCols)
+      return;
+    std::fill(q.begin() + cols * k, q.end(), uint8_t{0});
+    std::fill(scales.begin() + cols * (k / 16), scales.end(), int8_t{0});
+    std::fill(mins.begin() + cols * (k / 16), mins.end(), int16_t{0});
+    for (size_t b = 0; b < k / 256; ++b)
+      for (size_t j = cols; j < kCols; ++j) {
+        d[kCols * b + j] = 0.0f;
+        dmin[kCols * b + j] = 0.0f;
+      }
+  }
+
+  DecodedColumns columns() const {
+    return DecodedColumns{q.data(), nullptr, nullptr, scales.data(), mins.data()};
+  }
+};
+
 // One thread's scratch for a K-quant lane group of k-value columns.
 struct SuperLaneScratch {
-  size_t k = 0;
-  std::vector<uint8_t> q;      // decoded: [kLaneGroupCols, k]
-  std::vector<int8_t> scales;  // [kLaneGroupCols, k / 16]
-  std::vector<int16_t> mins;   // [kLaneGroupCols, k / 16]
-  std::vector<float> d;        // [k / 256, kLaneGroupCols]
-  std::vector<float> dmin;     // [k / 256, kLaneGroupCols]
+  DecodedSuperGroup<kLaneGroupCols> decoded;
   std::vector<uint8_t> lane_q; // interleaved: InterleavedSuper's arrays
   std::vector<int16_t> lane_scales;
   std::vector<int16_t> lane_mins;
 
-  void fit(size_t columns_k) {
-    if (k == columns_k)
+  void fit(size_t k) {
+    if (decoded.k == k)
       return;
-    k = columns_k;
-    q.resize(kLaneGroupCols * k);
-    scales.resize(kLaneGroupCols * k / 16);
-    mins.resize(kLaneGroupCols * k / 16);
-    d.resize(kLaneGroupCols * k / 256);
-    dmin.resize(kLaneGroupCols * k / 256);
+    decoded.fit(k);
     lane_q.resize(kLaneGroupCols * k);
     lane_scales.resize(2 * kLaneGroupCols * k / 16);
     lane_mins.resize(kLaneGroupCols * k / 16);
@@ -887,25 +915,15 @@ void q8_0_linear_avx512(TensorType type, const uint8_t* w_bytes, size_t w_row_by
 
 // One thread's scratch for an AVX-512 K-quant lane group of k-value columns.
 struct WideSuperLaneScratch {
-  size_t k = 0;
-  std::vector<uint8_t> q;      // decoded: [kWideLaneGroupCols, k]
-  std::vector<int8_t> scales;  // [kWideLaneGroupCols, k / 16]
-  std::vector<int16_t> mins;   // [kWideLaneGroupCols, k / 16]
-  std::vector<float> d;        // [k / 256, kWideLaneGroupCols]
-  std::vector<float> dmin;     // [k / 256, kWideLaneGroupCols]
+  DecodedSuperGroup<kWideLaneGroupCols> decoded;
   std::vector<uint8_t> lane_q; // interleaved: InterleavedSuperWide's arrays
   std::vector<int32_t> lane_scales;
   std::vector<int16_t> lane_mins;
 
-  void fit(size_t columns_k) {
-    if (k == columns_k)
+  void fit(size_t k) {
+    if (decoded.k == k)
       return;
-    k = columns_k;
-    q.resize(kWideLaneGroupCols * k);
-    scales.resize(kWideLaneGroupCols * k / 16);
-    mins.resize(kWideLaneGroupCols * k / 16);
-    d.resize(kWideLaneGroupCols * k / 256);
-    dmin.resize(kWideLaneGroupCols * k / 256);
+    decoded.fit(k);
     lane_q.resize(kWideLaneGroupCols * k);
     lane_scales.resize(kWideLaneGroupCols * k / 16);
     lane_mins.resize(kWideLaneGroupCols * k / 16);
@@ -919,31 +937,13 @@ void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind
                          const float* __restrict__ bias) {
   const size_t k = w.cols;
   const size_t n = w.rows;
-  const size_t nb = k / 256;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
   for_each_column_group(n, kWideLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local WideSuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
-    for (size_t j = 0; j < cols; ++j)
-      decode_super_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
-                       scratch.scales.data(), scratch.mins.data(), scratch.d.data() + j,
-                       scratch.dmin.data() + j, kWideLaneGroupCols);
-    if (cols < kWideLaneGroupCols) {
-      // A ragged last group's missing columns: zeros, which the kernel
-      // reads as it reads the others.
-      std::fill(scratch.q.begin() + cols * k, scratch.q.end(), uint8_t{0});
-      std::fill(scratch.scales.begin() + cols * (k / 16), scratch.scales.end(), int8_t{0});
-      std::fill(scratch.mins.begin() + cols * (k / 16), scratch.mins.end(), int16_t{0});
-      for (size_t b = 0; b < nb; ++b)
-        for (size_t j = cols; j < kWideLaneGroupCols; ++j) {
-          scratch.d[kWideLaneGroupCols * b + j] = 0.0f;
-          scratch.dmin[kWideLaneGroupCols * b + j] = 0.0f;
-        }
-    }
-    interleave_super_wide(DecodedColumns{scratch.q.data(), nullptr, nullptr, scratch.scales.data(),
-                                         scratch.mins.data()},
-                          k, scratch.lane_q.data(), scratch.lane_scales.data(),
-                          scratch.lane_mins.data());
+    scratch.decoded.decode(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols);
+    interleave_super_wide(scratch.decoded.columns(), k, scratch.lane_q.data(),
+                          scratch.lane_scales.data(), scratch.lane_mins.data());
     WideSuperLaneGroupProblem p{};
     p.kind = kind;
     p.k = k;
@@ -953,8 +953,8 @@ void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind
     p.x_bsums = rows.bsums;
     p.w = InterleavedSuperWide{scratch.lane_q.data(), scratch.lane_scales.data(),
                                scratch.lane_mins.data()};
-    p.d = scratch.d.data();
-    p.dmin = scratch.dmin.data();
+    p.d = scratch.decoded.d.data();
+    p.dmin = scratch.decoded.dmin.data();
     p.scale_quads = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K ? 8 : 4;
     p.cols = cols;
     p.y = y + col0;
@@ -972,7 +972,6 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
                        const float* __restrict__ bias) {
   const size_t k = w.cols;
   const size_t n = w.rows;
-  const size_t nb = k / 256;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
   // Q4_K's and Q6_K's kernels for 1-3 rows read the blocks in place.
   const bool in_place =
@@ -980,24 +979,9 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local SuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
-    for (size_t j = 0; j < (in_place ? 0 : cols); ++j)
-      decode_super_row_lanes(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
-                             scratch.scales.data(), scratch.mins.data(), scratch.d.data(),
-                             scratch.dmin.data());
-    if (cols < kLaneGroupCols && !in_place) {
-      // A ragged last group's missing columns: zeros, which the kernels
-      // read as they read the others.
-      std::fill(scratch.q.begin() + cols * k, scratch.q.end(), uint8_t{0});
-      std::fill(scratch.scales.begin() + cols * (k / 16), scratch.scales.end(), int8_t{0});
-      std::fill(scratch.mins.begin() + cols * (k / 16), scratch.mins.end(), int16_t{0});
-      for (size_t b = 0; b < nb; ++b)
-        for (size_t j = cols; j < kLaneGroupCols; ++j) {
-          scratch.d[kLaneGroupCols * b + j] = 0.0f;
-          scratch.dmin[kLaneGroupCols * b + j] = 0.0f;
-        }
-    }
-    const DecodedColumns decoded{scratch.q.data(), nullptr, nullptr, scratch.scales.data(),
-                                 scratch.mins.data()};
+    if (!in_place)
+      scratch.decoded.decode(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols);
+    const DecodedColumns decoded = scratch.decoded.columns();
     if (m >= kInterleaveMinRows)
       interleave_super(decoded, k, scratch.lane_q.data(), scratch.lane_scales.data(),
                        scratch.lane_mins.data());
@@ -1014,8 +998,8 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
     p.decoded = decoded;
     p.w = InterleavedSuper{scratch.lane_q.data(), scratch.lane_scales.data(),
                            scratch.lane_mins.data()};
-    p.d = scratch.d.data();
-    p.dmin = scratch.dmin.data();
+    p.d = scratch.decoded.d.data();
+    p.dmin = scratch.decoded.dmin.data();
     p.quads_per_chain = super_quads_per_chain(w.type);
     p.cols = cols;
     p.y = y + col0;

@@ -188,13 +188,6 @@ struct InterleavedSuper {
   const int16_t* mins;   // [k / 32, kLaneGroupCols, 2] mins of sub-blocks 2t and 2t + 1
 };
 
-/// decode_weight_row for the K-quants, but with d and dmin in lanes: those
-/// of super-block b at lane_d[b * kLaneGroupCols + col] and lane_dmin (the
-/// latter for kSuperWithMin types only).
-void decode_super_row_lanes(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
-                            uint8_t* q, int8_t* scales, int16_t* mins, float* lane_d,
-                            float* lane_dmin);
-
 /// Interleaves a decoded K-quant group's kLaneGroupCols columns (k values
 /// each; q, scales and mins) into InterleavedSuper's layout.
 void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
@@ -228,7 +221,7 @@ struct SuperLaneGroupProblem {
   size_t row_bytes;
   DecodedColumns decoded; // q, scales, mins of all 8 columns, zeros past cols
   InterleavedSuper w;     // the same interleaved (m >= kInterleaveMinRows)
-  const float* d;         // [k / 256, kLaneGroupCols] decode_super_row_lanes()
+  const float* d;         // [k / 256, kLaneGroupCols] block b's at d[b * 8 + j]
   const float* dmin;      // [k / 256, kLaneGroupCols] (kSuperWithMin)
   int quads_per_chain;    // super_quads_per_chain(): 2 or 4
   size_t cols;            // 1..kLaneGroupCols
