@@ -32,6 +32,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "caflm/cpu/simd_helpers.hpp"
@@ -370,6 +371,43 @@ void sweep(const GroupProblem& p) {
   }
 }
 
+// Rows a lane kernel takes at once: 8 independent vpdpbusd chains per load
+// of the weights.
+constexpr int kLaneRows = 8;
+
+// y = acc + bias for MR rows of a lane kernel from row0, the group's columns
+// only.
+template <int MR, typename Problem>
+inline void store_lane_rows(const Problem& p, size_t row0, const __m512 (&acc)[MR]) {
+  const auto valid = static_cast<__mmask16>((1u << p.cols) - 1);
+  const __m512 bias =
+      p.bias != nullptr ? _mm512_maskz_loadu_ps(valid, p.bias) : _mm512_setzero_ps();
+  unrolled<MR>([&](int i) {
+    const __m512 out = p.bias != nullptr ? _mm512_add_ps(acc[i], bias) : acc[i];
+    _mm512_mask_storeu_ps(p.y + (row0 + i) * p.y_stride, valid, out);
+  });
+}
+
+// The last `left` < R + 1 rows from `row`, in one block(row, MR).
+template <int R, typename Block>
+void lane_remainder(size_t row, size_t left, Block&& block) {
+  if constexpr (R > 0) {
+    if (left == R)
+      return block(row, std::integral_constant<int, R>{});
+    lane_remainder<R - 1>(row, left, block);
+  }
+}
+
+// Calls block(row0, MR) (MR a std::integral_constant) over all m rows:
+// kLaneRows at a time, then those left in one block.
+template <typename Block>
+void sweep_lane_rows(size_t m, Block&& block) {
+  size_t row = 0;
+  for (; row + kLaneRows <= m; row += kLaneRows)
+    block(row, std::integral_constant<int, kLaneRows>{});
+  lane_remainder<kLaneRows - 1>(row, m - row, block);
+}
+
 // MR rows of x against a lane group (see WideLaneGroupProblem): one
 // vpdpbusd takes the same 4 quants of all 16 columns against 4 of a row's,
 // and one set of float steps per block serves the 16 columns.
@@ -404,23 +442,7 @@ __attribute__((flatten, noinline)) void q8_0_lanes_block(const WideLaneGroupProb
       acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sums[i]), x_d), w_d, acc[i]);
     });
   }
-  const auto valid = static_cast<__mmask16>((1u << p.cols) - 1);
-  const __m512 bias =
-      p.bias != nullptr ? _mm512_maskz_loadu_ps(valid, p.bias) : _mm512_setzero_ps();
-  unrolled<MR>([&](int i) {
-    const __m512 out = p.bias != nullptr ? _mm512_add_ps(acc[i], bias) : acc[i];
-    _mm512_mask_storeu_ps(p.y + (row0 + i) * p.y_stride, valid, out);
-  });
-}
-
-// The last `left` < R + 1 rows from `row`, in one block.
-template <int R>
-void q8_0_lanes_remainder(const WideLaneGroupProblem& p, size_t row, size_t left) {
-  if constexpr (R > 0) {
-    if (left == R)
-      return q8_0_lanes_block<R>(p, row);
-    q8_0_lanes_remainder<R - 1>(p, row, left);
-  }
+  store_lane_rows(p, row0, acc);
 }
 
 // MR rows of x against a K-quant lane group (see WideSuperLaneGroupProblem):
@@ -480,43 +502,21 @@ __attribute__((flatten, noinline)) void super_lanes_block(const WideSuperLaneGro
       }
     });
   }
-  const auto valid = static_cast<__mmask16>((1u << p.cols) - 1);
-  const __m512 bias =
-      p.bias != nullptr ? _mm512_maskz_loadu_ps(valid, p.bias) : _mm512_setzero_ps();
-  unrolled<MR>([&](int i) {
-    const __m512 out = p.bias != nullptr ? _mm512_add_ps(acc[i], bias) : acc[i];
-    _mm512_mask_storeu_ps(p.y + (row0 + i) * p.y_stride, valid, out);
-  });
-}
-
-// The last `left` < R + 1 rows from `row`, in one block.
-template <int R, bool kWithMin, int kScaleQuads>
-void super_lanes_remainder(const WideSuperLaneGroupProblem& p, size_t row, size_t left) {
-  if constexpr (R > 0) {
-    if (left == R)
-      return super_lanes_block<R, kWithMin, kScaleQuads>(p, row);
-    super_lanes_remainder<R - 1, kWithMin, kScaleQuads>(p, row, left);
-  }
+  store_lane_rows(p, row0, acc);
 }
 
 template <bool kWithMin, int kScaleQuads>
 void super_lanes(const WideSuperLaneGroupProblem& p) {
-  constexpr int kRows = 8;
-  size_t row = 0;
-  for (; row + kRows <= p.m; row += kRows)
-    super_lanes_block<kRows, kWithMin, kScaleQuads>(p, row);
-  super_lanes_remainder<kRows - 1, kWithMin, kScaleQuads>(p, row, p.m - row);
+  sweep_lane_rows(p.m, [&](size_t row, auto rows) {
+    super_lanes_block<decltype(rows)::value, kWithMin, kScaleQuads>(p, row);
+  });
 }
 
 } // namespace
 
 void dot_q8_0_lanes_avx512(const WideLaneGroupProblem& p) {
-  // 8 rows: 8 independent vpdpbusd chains per load of the weights.
-  constexpr int kRows = 8;
-  size_t row = 0;
-  for (; row + kRows <= p.m; row += kRows)
-    q8_0_lanes_block<kRows>(p, row);
-  q8_0_lanes_remainder<kRows - 1>(p, row, p.m - row);
+  sweep_lane_rows(p.m,
+                  [&](size_t row, auto rows) { q8_0_lanes_block<decltype(rows)::value>(p, row); });
 }
 
 void dot_super_lanes_avx512(const WideSuperLaneGroupProblem& p) {
