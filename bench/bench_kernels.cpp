@@ -70,6 +70,37 @@ void BM_linear(benchmark::State& state) {
   set_flop_counters(state, m, n, k, w.size());
 }
 
+// BM_linear with the weights out of every cache, as in a model's decode
+// step, where each matrix is read once per step from memory: the calls cycle
+// through copies of the weights that together outsize any last-level cache.
+template <TensorType kType, MatmulIsa kIsa = MatmulIsa::Avx2>
+void BM_linear_cold(benchmark::State& state) {
+  const auto m = static_cast<size_t>(state.range(0));
+  const auto k = static_cast<size_t>(state.range(1));
+  const auto n = static_cast<size_t>(state.range(2));
+  if (!matmul_isa_supported(kIsa)) {
+    state.SkipWithError("this CPU cannot run these kernels");
+    return;
+  }
+  constexpr size_t kColdBytes = size_t{512} << 20;
+  const std::vector<uint8_t> w = random_weight(kType, n, k);
+  const size_t copies = (kColdBytes + w.size() - 1) / w.size();
+  std::vector<uint8_t> pool(copies * w.size());
+  for (size_t c = 0; c < copies; ++c)
+    std::copy(w.begin(), w.end(), pool.begin() + static_cast<std::ptrdiff_t>(c * w.size()));
+  const std::vector<float> x = random_vector(m * k, 2);
+  std::vector<float> y(m * n);
+  size_t copy = 0;
+  for (auto _ : state) {
+    const WeightView view{kType, pool.data() + copy * w.size(), n, k};
+    linear(view, x.data(), m, y.data(), nullptr, kIsa);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    copy = (copy + 1) % copies;
+  }
+  set_flop_counters(state, m, n, k, w.size());
+}
+
 void BM_openblas_sgemm(benchmark::State& state) {
   const auto m = static_cast<int>(state.range(0));
   const auto k = static_cast<int>(state.range(1));
@@ -104,6 +135,19 @@ BENCHMARK_TEMPLATE(BM_linear, TensorType::F16, MatmulIsa::Avx512)->Apply(linear_
 BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16, MatmulIsa::Avx2)->Apply(linear_shapes);
 BENCHMARK_TEMPLATE(BM_linear, TensorType::BF16, MatmulIsa::Avx512)->Apply(linear_shapes);
 BENCHMARK(BM_openblas_sgemm)->Apply(linear_shapes);
+
+void cold_shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t m : {1, 32}) {
+    b->Args({m, 768, 2048});
+    b->Args({m, 2048, 768});
+  }
+  b->ArgNames({"M", "K", "N"})->UseRealTime();
+}
+
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::F32, MatmulIsa::Avx2)->Apply(cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::F32, MatmulIsa::Avx512)->Apply(cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::F16, MatmulIsa::Avx2)->Apply(cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::F16, MatmulIsa::Avx512)->Apply(cold_shapes);
 
 // The projections of small models (hidden 576, FFN 1536: SmolLM-135M's; the
 // FFN down projection of Qwen2.5-0.5B, 4864 to 896) at decode (M = 1) and
