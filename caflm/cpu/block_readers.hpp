@@ -5,7 +5,8 @@
 // store the quant plus an offset; the lane kernels read all three through
 // them, in place or while interleaving, so that these types share one lane
 // layout and Q8_0's float steps. unpack_scales_k4: Q4_K's and Q5_K's packed
-// scales and mins, for the decoder and Q4_K's in-place kernel. Internal
+// scales and mins, for the decoder and Q4_K's in-place kernel. Below them
+// the byte-level reads and stores every decoder shares. Internal
 // linkage, as in simd_helpers.hpp. Internals of caflm/cpu; include nowhere
 // else.
 
@@ -20,6 +21,38 @@
 
 namespace caflm::detail {
 namespace {
+
+inline float half(std::uint16_t bits) {
+  return _cvtsh_ss(bits);
+}
+
+// Block b of a row, read in place: fields are reached through offsetof and
+// unaligned loads (copying a block out first costs a store-forwarding stall
+// per block).
+template <typename Block>
+inline const std::uint8_t* block_at(const std::uint8_t* row, std::size_t b) {
+  return row + b * sizeof(Block);
+}
+
+inline std::uint16_t u16_at(const std::uint8_t* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline std::uint32_t u32_at(const std::uint8_t* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline __m256i load32(const std::uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+inline void store(void* p, __m256i v) {
+  _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+}
 
 /// The 32 bits of `bits` as bytes: 0xFF where set, 0 where clear (byte j for
 /// bit j).

@@ -101,6 +101,12 @@ int stored_offset(TensorType weight_type);
 void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,
                        uint8_t* q, float* d, float* m, int8_t* scales, int16_t* mins);
 
+/// One K-quant row of `type` into column `col` of a decoded group (q, scales
+/// and mins as DecodedColumns lays them out); d and dmin of super-block b at
+/// d[b * scale_stride] and dmin[b * scale_stride].
+void decode_super_row(TensorType type, const uint8_t* row, size_t k, size_t col, uint8_t* q,
+                      int8_t* scales, int16_t* mins, float* d, float* dmin, size_t scale_stride);
+
 /// Everything a dot kernel needs for one column group against all rows.
 struct GroupProblem {
   QuantKind kind;

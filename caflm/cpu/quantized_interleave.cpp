@@ -1,0 +1,238 @@
+// Weight rows of one column group interleaved for the lane kernels: the
+// same quant of 8 (AVX2) or 16 (AVX-512) columns side by side in one vector.
+#include "caflm/cpu/quantized_matmul.hpp"
+
+#include "caflm/cpu/block_readers.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace caflm::detail {
+
+namespace {
+
+// The 8 x 8 transpose of 32-bit elements: out[t] lane j = in[j] lane t.
+inline __attribute__((always_inline)) void transpose_8x8_epi32(const __m256i (&in)[8],
+                                                               __m256i (&out)[8]) {
+  __m256i t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    out[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+    out[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+  }
+}
+
+} // namespace
+
+namespace {
+
+template <TensorType kType>
+void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
+                       uint8_t* __restrict__ q_abs, int8_t* __restrict__ q, float* __restrict__ d) {
+  using Blocks = SignedBlocks<kType>;
+  const size_t nb = k / 32;
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+    for (size_t j = 0; j < kLaneGroupCols; ++j) {
+      if (j < cols) {
+        const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
+        if constexpr (Blocks::kOffset == 0)
+          in[j] = Blocks::quants(block);
+        else
+          in[j] = Blocks::stored(block);
+        d[kLaneGroupCols * b + j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
+      } else {
+        in[j] = _mm256_setzero_si256();
+        d[kLaneGroupCols * b + j] = 0.0f;
+      }
+    }
+    transpose_8x8_epi32(in, out);
+    for (size_t t = 0; t < 8; ++t) {
+      const size_t at = (8 * b + t) * 32;
+      store(q + at, out[t]);
+      if constexpr (Blocks::kOffset == 0)
+        store(q_abs + at, _mm256_abs_epi8(out[t]));
+    }
+  }
+}
+
+} // namespace
+
+void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                     size_t cols, size_t k, uint8_t* __restrict__ q_abs, int8_t* __restrict__ q,
+                     float* __restrict__ d) {
+  switch (type) {
+  case TensorType::Q8_0:
+    return interleave_signed<TensorType::Q8_0>(rows, row_bytes, cols, k, q_abs, q, d);
+  case TensorType::Q4_0:
+    return interleave_signed<TensorType::Q4_0>(rows, row_bytes, cols, k, q_abs, q, d);
+  case TensorType::Q5_0:
+    return interleave_signed<TensorType::Q5_0>(rows, row_bytes, cols, k, q_abs, q, d);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("interleave_q8_0: ") + to_string(type) +
+                              " blocks are not Q8_0, Q4_0 or Q5_0");
+}
+
+int unsigned_offset(TensorType type) {
+  return type == TensorType::Q8_0 ? 128 : stored_offset(type);
+}
+
+namespace {
+
+template <TensorType kType>
+void interleave_unsigned_blocks(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols,
+                                size_t k, uint8_t* __restrict__ q, float* __restrict__ d) {
+  using Blocks = SignedBlocks<kType>;
+  const size_t nb = k / 32;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (size_t b = 0; b < nb; ++b) {
+    // Columns 8h .. 8h + 7, transposed into the low (h = 0) or high (h = 1)
+    // 32 bytes of each quad's 64.
+    for (size_t h = 0; h < kWideLaneGroupCols / kLaneGroupCols; ++h) {
+      __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+      for (size_t i = 0; i < kLaneGroupCols; ++i) {
+        const size_t j = kLaneGroupCols * h + i;
+        if (j < cols) {
+          const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
+          if constexpr (Blocks::kOffset == 0)
+            in[i] = _mm256_xor_si256(Blocks::quants(block), flip); // q + 128
+          else
+            in[i] = Blocks::stored(block);
+          d[kWideLaneGroupCols * b + j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
+        } else {
+          in[i] = _mm256_setzero_si256();
+          d[kWideLaneGroupCols * b + j] = 0.0f;
+        }
+      }
+      transpose_8x8_epi32(in, out);
+      for (size_t t = 0; t < 8; ++t)
+        store(q + (8 * b + t) * 64 + 32 * h, out[t]);
+    }
+  }
+}
+
+} // namespace
+
+void interleave_unsigned(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                         size_t cols, size_t k, uint8_t* __restrict__ q, float* __restrict__ d) {
+  switch (type) {
+  case TensorType::Q8_0:
+    return interleave_unsigned_blocks<TensorType::Q8_0>(rows, row_bytes, cols, k, q, d);
+  case TensorType::Q4_0:
+    return interleave_unsigned_blocks<TensorType::Q4_0>(rows, row_bytes, cols, k, q, d);
+  case TensorType::Q5_0:
+    return interleave_unsigned_blocks<TensorType::Q5_0>(rows, row_bytes, cols, k, q, d);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("interleave_unsigned: ") + to_string(type) +
+                              " blocks are not Q8_0, Q4_0 or Q5_0");
+}
+
+void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
+                      int16_t* __restrict__ scales, int16_t* __restrict__ mins) {
+  const size_t subs = k / 16;
+  __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+  // Quants: 32 values (8 quads) of each column at a time.
+  for (size_t chunk = 0; chunk < k / 32; ++chunk) {
+#pragma GCC unroll 8
+    for (size_t j = 0; j < kLaneGroupCols; ++j)
+      in[j] = load32(w.q + j * k + 32 * chunk);
+    transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; ++t)
+      store(q + (8 * chunk + t) * 32, out[t]);
+  }
+  // Scales: 8 sub-blocks of each column at a time, each widened to an int32
+  // lane holding the int16 scale twice.
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  for (size_t s0 = 0; s0 < subs; s0 += 8) {
+#pragma GCC unroll 8
+    for (size_t j = 0; j < kLaneGroupCols; ++j) {
+      int64_t eight;
+      std::memcpy(&eight, w.scales + j * subs + s0, 8);
+      const __m256i wide = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(eight));
+      in[j] = _mm256_or_si256(_mm256_and_si256(wide, low16), _mm256_slli_epi32(wide, 16));
+    }
+    transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; ++t)
+      store(scales + 16 * (s0 + t), out[t]);
+  }
+  // Mins: 8 pairs of sub-blocks (one int32 each) of each column at a time.
+  for (size_t pair0 = 0; pair0 < subs / 2; pair0 += 8) {
+#pragma GCC unroll 8
+    for (size_t j = 0; j < kLaneGroupCols; ++j)
+      in[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.mins + j * subs + 2 * pair0));
+    transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+    for (size_t t = 0; t < 8; ++t)
+      store(mins + 16 * (pair0 + t), out[t]);
+  }
+}
+
+void interleave_super_wide(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
+                           int32_t* __restrict__ scales, int16_t* __restrict__ mins) {
+  const size_t subs = k / 16;
+  __m256i in[kLaneGroupCols], out[kLaneGroupCols];
+  // Columns 8h .. 8h + 7 go to the low (h = 0) or high (h = 1) half of each
+  // 16-column row of the layout.
+  for (size_t h = 0; h < kWideLaneGroupCols / kLaneGroupCols; ++h) {
+    const uint8_t* w_q = w.q + kLaneGroupCols * h * k;
+    const int8_t* w_scales = w.scales + kLaneGroupCols * h * subs;
+    const int16_t* w_mins = w.mins + kLaneGroupCols * h * subs;
+    // Quants: 32 values (8 quads) of each column at a time.
+    for (size_t chunk = 0; chunk < k / 32; ++chunk) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kLaneGroupCols; ++j)
+        in[j] = load32(w_q + j * k + 32 * chunk);
+      transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t)
+        store(q + (8 * chunk + t) * 64 + 32 * h, out[t]);
+    }
+    // Scales: 8 of each column at a time, widened to int32.
+    for (size_t s0 = 0; s0 < subs; s0 += 8) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kLaneGroupCols; ++j) {
+        int64_t eight;
+        std::memcpy(&eight, w_scales + j * subs + s0, 8);
+        in[j] = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(eight));
+      }
+      transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t)
+        store(scales + kWideLaneGroupCols * (s0 + t) + kLaneGroupCols * h, out[t]);
+    }
+    // Mins: 8 pairs of 16s (one int32 each) of each column at a time.
+    for (size_t pair0 = 0; pair0 < subs / 2; pair0 += 8) {
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kLaneGroupCols; ++j)
+        in[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_mins + j * subs + 2 * pair0));
+      transpose_8x8_epi32(in, out);
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t)
+        store(mins + 2 * (kWideLaneGroupCols * (pair0 + t) + kLaneGroupCols * h), out[t]);
+    }
+  }
+}
+
+} // namespace caflm::detail
