@@ -5,8 +5,9 @@
 // store the quant plus an offset; the lane kernels read all three through
 // them, in place or while interleaving, so that these types share one lane
 // layout and Q8_0's float steps. unpack_scales_k4: Q4_K's and Q5_K's packed
-// scales and mins, for the decoder and Q4_K's in-place kernel. Below them
-// the byte-level reads and stores every decoder shares. Internal
+// scales and mins, for the decoder and Q4_K's in-place kernel. Ahead of
+// them, the byte-level reads and stores the decoders, interleavers and
+// kernels share. Internal
 // linkage, as in simd_helpers.hpp. Internals of caflm/cpu; include nowhere
 // else.
 
@@ -22,6 +23,7 @@
 namespace caflm::detail {
 namespace {
 
+/// An IEEE half, as stored in a block's scale fields.
 inline float half(std::uint16_t bits) {
   return _cvtsh_ss(bits);
 }
@@ -34,6 +36,7 @@ inline const std::uint8_t* block_at(const std::uint8_t* row, std::size_t b) {
   return row + b * sizeof(Block);
 }
 
+/// Unaligned little-endian fields of a block.
 inline std::uint16_t u16_at(const std::uint8_t* p) {
   std::uint16_t v;
   std::memcpy(&v, p, sizeof v);
@@ -46,10 +49,12 @@ inline std::uint32_t u32_at(const std::uint8_t* p) {
   return v;
 }
 
-inline __m256i load32(const std::uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+/// 32 bytes from anywhere.
+inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
+/// 32 bytes to anywhere.
 inline void store(void* p, __m256i v) {
   _mm256_storeu_si256(static_cast<__m256i*>(p), v);
 }

@@ -34,10 +34,6 @@ namespace caflm::detail {
 
 namespace {
 
-inline __m256i load(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
 // Every block kernel below is flatten (its helpers inlined, so that its
 // accumulators stay in registers) and noinline: inlined into a dispatcher
 // with its siblings, GCC allocated registers over all of them together and
@@ -62,12 +58,12 @@ __attribute__((flatten, noinline)) void legacy_block(const GroupProblem& p, size
   for (size_t b = 0; b < nb; ++b) {
     unrolled<MR>([&](int i) {
       const size_t row = row0 + i;
-      const __m256i x = load(p.x_q + row * k + 32 * b);
+      const __m256i x = load32(p.x_q + row * k + 32 * b);
       const __m256 x_d = _mm256_set1_ps(p.x_d[row * nb + b]);
       unrolled<NR>([&](int j) {
         const size_t col = col0 + j;
         const uint8_t* w = p.w.q + col * k + 32 * b;
-        const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load(w), x), ones);
+        const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(load32(w), x), ones);
         const __m256 sums = _mm256_cvtepi32_ps(lanes);
         acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(sums, x_d), _mm256_set1_ps(p.w.d[col * nb + b]),
                                     acc[i][j]);
@@ -199,8 +195,8 @@ __attribute__((flatten, noinline)) void q8_0_lanes_block(const LaneGroupProblem&
       const size_t quad = 8 * b + t;
       // Quants 4 quad .. 4 quad + 3 of all 8 columns, and their magnitudes,
       // each in one register for every row.
-      __m256i w = load(p.w.q + 32 * quad);
-      __m256i w_abs = load(p.w.q_abs + 32 * quad);
+      __m256i w = load32(p.w.q + 32 * quad);
+      __m256i w_abs = load32(p.w.q_abs + 32 * quad);
       __asm__("" : "+v"(w), "+v"(w_abs));
       unrolled<MR>([&](int i) {
         int32_t four;
@@ -245,7 +241,7 @@ __attribute__((flatten, noinline)) void offset_lanes_block(const LaneGroupProble
 #pragma GCC unroll 4
       for (size_t t = 0; t < 4; ++t) {
         const size_t quad = 8 * b + 4 * chain + t;
-        __m256i w = load(p.w.q + 32 * quad);
+        __m256i w = load32(p.w.q + 32 * quad);
         __asm__("" : "+v"(w));
         unrolled<MR>([&](int i) {
           int32_t four;
@@ -295,7 +291,7 @@ __attribute__((flatten, noinline)) void signed_rows_block(const LaneGroupProblem
   for (size_t b = 0; b < nb; ++b) {
     prefetch_next_slice(p.next, p.next_bytes, b, nb);
     __m256i x[MR];
-    unrolled<MR>([&](int i) { x[i] = load(p.x_q + (row0 + i) * k + 32 * b); });
+    unrolled<MR>([&](int i) { x[i] = load32(p.x_q + (row0 + i) * k + 32 * b); });
     // Column j's 8 lanes of products with each row.
     const auto column = [&](size_t j, __m256i(&lanes)[MR]) {
       const uint8_t* block = p.rows + j * p.row_bytes + b * sizeof(typename Blocks::Block);
@@ -447,13 +443,13 @@ __attribute__((flatten, noinline)) void super_lanes_block(const SuperLaneGroupPr
     for (size_t sub = 16 * b; sub < 16 * b + 16; ++sub) {
       if (row0 == 0)
         prefetch_next_slice(p.next, p.next_bytes, sub, subs);
-      const __m256i scales = load(p.w.scales + 16 * sub);
+      const __m256i scales = load32(p.w.scales + 16 * sub);
 #pragma GCC unroll 2
       for (size_t chain_start = 4 * sub; chain_start < 4 * sub + 4; chain_start += kChain) {
         // The chain's quads of all 8 columns, then row by row its products.
         __m256i w[kChain];
         unrolled<kChain>([&](int t) {
-          w[t] = load(p.w.q + 32 * (chain_start + t));
+          w[t] = load32(p.w.q + 32 * (chain_start + t));
           __asm__("" : "+v"(w[t]));
         });
         unrolled<MR>([&](int i) {
@@ -472,7 +468,7 @@ __attribute__((flatten, noinline)) void super_lanes_block(const SuperLaneGroupPr
     __m256i min_sums[MR];
     unrolled<MR>([&](int i) { min_sums[i] = _mm256_setzero_si256(); });
     for (size_t pair = 8 * b; pair < 8 * b + 8; ++pair) {
-      const __m256i mins = load(p.w.mins + 16 * pair);
+      const __m256i mins = load32(p.w.mins + 16 * pair);
       unrolled<MR>([&](int i) {
         int32_t two;
         std::memcpy(&two, p.x_bsums + (row0 + i) * subs + 2 * pair, 4);
@@ -517,10 +513,10 @@ __attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupPro
                 _mm_load_si128(reinterpret_cast<const __m128i*>(kScalePatterns[c]));
             const __m256i scales0v = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed0, pattern));
             const __m256i scales1v = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(packed1, pattern));
-            const __m256i w0 = load(q0 + 32 * c);
-            const __m256i w1 = load(q0 + k + 32 * c);
+            const __m256i w0 = load32(q0 + 32 * c);
+            const __m256i w1 = load32(q0 + k + 32 * c);
             unrolled<MR>([&](int i) {
-              const __m256i x = load(p.x_q + (row0 + i) * k + 256 * b + 32 * c);
+              const __m256i x = load32(p.x_q + (row0 + i) * k + 256 * b + 32 * c);
               lanes0[i] = _mm256_add_epi32(
                   lanes0[i], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, x), scales0v));
               lanes1[i] = _mm256_add_epi32(
@@ -532,10 +528,10 @@ __attribute__((flatten, noinline)) void super_rows_block(const SuperLaneGroupPro
     __m256i min_sums[MR];
     column_totals<MR>(
         [&](size_t j, __m256i(&lanes0)[MR], __m256i(&lanes1)[MR]) {
-          const __m256i mins0 = load(p.decoded.mins + j * subs + 16 * b);
-          const __m256i mins1 = load(p.decoded.mins + (j + 1) * subs + 16 * b);
+          const __m256i mins0 = load32(p.decoded.mins + j * subs + 16 * b);
+          const __m256i mins1 = load32(p.decoded.mins + (j + 1) * subs + 16 * b);
           unrolled<MR>([&](int i) {
-            const __m256i bsums = load(p.x_bsums + (row0 + i) * subs + 16 * b);
+            const __m256i bsums = load32(p.x_bsums + (row0 + i) * subs + 16 * b);
             lanes0[i] = _mm256_madd_epi16(mins0, bsums);
             lanes1[i] = _mm256_madd_epi16(mins1, bsums);
           });
@@ -618,19 +614,19 @@ __attribute__((flatten, noinline)) void q4_k_rows_block(const SuperLaneGroupProb
       // 32 the high ones: sub-blocks 2c and 2c + 1.
 #pragma GCC unroll 4
       for (size_t c = 0; c < 4; ++c) {
-        const __m256i packed = load(qs + 32 * c);
+        const __m256i packed = load32(qs + 32 * c);
         const __m256i low = _mm256_and_si256(packed, low4);
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-        const __m256i scale_low = _mm256_shuffle_epi8(scales, load(kWordPatterns.bytes[2 * c]));
+        const __m256i scale_low = _mm256_shuffle_epi8(scales, load32(kWordPatterns.bytes[2 * c]));
         const __m256i scale_high =
-            _mm256_shuffle_epi8(scales, load(kWordPatterns.bytes[2 * c + 1]));
+            _mm256_shuffle_epi8(scales, load32(kWordPatterns.bytes[2 * c + 1]));
         unrolled<MR>([&](int i) {
           const int8_t* x = p.x_q + (row0 + i) * k + 256 * b + 64 * c;
           lanes[i] = _mm256_add_epi32(
               lanes[i],
               _mm256_add_epi32(
-                  _mm256_madd_epi16(_mm256_maddubs_epi16(low, load(x)), scale_low),
-                  _mm256_madd_epi16(_mm256_maddubs_epi16(high, load(x + 32)), scale_high)));
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(low, load32(x)), scale_low),
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(high, load32(x + 32)), scale_high)));
         });
       }
     };
@@ -642,7 +638,7 @@ __attribute__((flatten, noinline)) void q4_k_rows_block(const SuperLaneGroupProb
       const __m128i both = _mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[j]));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(both, both));
       unrolled<MR>([&](int i) {
-        lanes[i] = _mm256_madd_epi16(mins, load(p.x_bsums + (row0 + i) * subs + 16 * b));
+        lanes[i] = _mm256_madd_epi16(mins, load32(p.x_bsums + (row0 + i) * subs + 16 * b));
       });
     };
     __m256i sums[MR];
@@ -690,16 +686,16 @@ __attribute__((flatten, noinline)) void q6_k_rows_block(const SuperLaneGroupProb
         unrolled<MR>([&](int i) {
           const int8_t* x = p.x_q + (row0 + i) * k + 256 * b + 32 * g;
           lanes[i] = _mm256_add_epi32(
-              lanes[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(x)), scale_pair));
+              lanes[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x)), scale_pair));
         });
       };
       // Half h (128 values): ql[64h + l] holds the low 4 bits of values l
       // (low nibble) and l + 64 (high), ql[64h + 32 + l] those of l + 32 and
       // l + 96; qh[32h + l] the high 2 bits of l, l + 32, l + 64 and l + 96.
       for (size_t h = 0; h < 2; ++h) {
-        const __m256i ql0 = load(block + offsetof(BlockQ6_K, ql) + 64 * h);
-        const __m256i ql1 = load(block + offsetof(BlockQ6_K, ql) + 64 * h + 32);
-        const __m256i qh = load(block + offsetof(BlockQ6_K, qh) + 32 * h);
+        const __m256i ql0 = load32(block + offsetof(BlockQ6_K, ql) + 64 * h);
+        const __m256i ql1 = load32(block + offsetof(BlockQ6_K, ql) + 64 * h + 32);
+        const __m256i qh = load32(block + offsetof(BlockQ6_K, qh) + 32 * h);
         add_chunk(4 * h, _mm256_or_si256(_mm256_and_si256(ql0, low4),
                                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)));
         add_chunk(4 * h + 1, _mm256_or_si256(_mm256_and_si256(ql1, low4),
@@ -720,7 +716,7 @@ __attribute__((flatten, noinline)) void q6_k_rows_block(const SuperLaneGroupProb
                                 block_of(j) + offsetof(BlockQ6_K, scales)))),
                             5);
       unrolled<MR>([&](int i) {
-        lanes[i] = _mm256_madd_epi16(mins, load(p.x_bsums + (row0 + i) * subs + 16 * b));
+        lanes[i] = _mm256_madd_epi16(mins, load32(p.x_bsums + (row0 + i) * subs + 16 * b));
       });
     };
     __m256i sums[MR];
