@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -48,9 +49,10 @@ void set_flop_counters(benchmark::State& state, size_t m, size_t n, size_t k, si
       benchmark::Counter(w_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Args: {M, K, N}. Runs the kernels of kIsa.
-template <TensorType kType, MatmulIsa kIsa = MatmulIsa::Avx2>
-void BM_linear(benchmark::State& state) {
+// Args: {M, K, N}. Runs the kernels of kIsa on one weight matrix, or on
+// copies of it filling at least `pool_bytes`, a call on each in turn.
+template <TensorType kType, MatmulIsa kIsa>
+void run_linear(benchmark::State& state, size_t pool_bytes) {
   const auto m = static_cast<size_t>(state.range(0));
   const auto k = static_cast<size_t>(state.range(1));
   const auto n = static_cast<size_t>(state.range(2));
@@ -59,32 +61,7 @@ void BM_linear(benchmark::State& state) {
     return;
   }
   const std::vector<uint8_t> w = random_weight(kType, n, k);
-  const std::vector<float> x = random_vector(m * k, 2);
-  std::vector<float> y(m * n);
-  const WeightView view{kType, w.data(), n, k};
-  for (auto _ : state) {
-    linear(view, x.data(), m, y.data(), nullptr, kIsa);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  set_flop_counters(state, m, n, k, w.size());
-}
-
-// BM_linear with the weights out of every cache, as in a model's decode
-// step, where each matrix is read once per step from memory: the calls cycle
-// through copies of the weights that together outsize any last-level cache.
-template <TensorType kType, MatmulIsa kIsa = MatmulIsa::Avx2>
-void BM_linear_cold(benchmark::State& state) {
-  const auto m = static_cast<size_t>(state.range(0));
-  const auto k = static_cast<size_t>(state.range(1));
-  const auto n = static_cast<size_t>(state.range(2));
-  if (!matmul_isa_supported(kIsa)) {
-    state.SkipWithError("this CPU cannot run these kernels");
-    return;
-  }
-  constexpr size_t kColdBytes = size_t{512} << 20;
-  const std::vector<uint8_t> w = random_weight(kType, n, k);
-  const size_t copies = (kColdBytes + w.size() - 1) / w.size();
+  const size_t copies = std::max<size_t>(1, (pool_bytes + w.size() - 1) / w.size());
   std::vector<uint8_t> pool(copies * w.size());
   for (size_t c = 0; c < copies; ++c)
     std::copy(w.begin(), w.end(), pool.begin() + static_cast<std::ptrdiff_t>(c * w.size()));
@@ -99,6 +76,20 @@ void BM_linear_cold(benchmark::State& state) {
     copy = (copy + 1) % copies;
   }
   set_flop_counters(state, m, n, k, w.size());
+}
+
+// The weights stay in the caches between calls.
+template <TensorType kType, MatmulIsa kIsa = MatmulIsa::Avx2>
+void BM_linear(benchmark::State& state) {
+  run_linear<kType, kIsa>(state, 0);
+}
+
+// BM_linear with the weights out of every cache, as in a model's decode
+// step, where each matrix is read once per step from memory: the calls cycle
+// through copies of the weights that together outsize any last-level cache.
+template <TensorType kType, MatmulIsa kIsa = MatmulIsa::Avx2>
+void BM_linear_cold(benchmark::State& state) {
+  run_linear<kType, kIsa>(state, size_t{512} << 20);
 }
 
 void BM_openblas_sgemm(benchmark::State& state) {
