@@ -38,9 +38,34 @@ inline __attribute__((always_inline)) void transpose_8x8_epi32(const __m256i (&i
   }
 }
 
-} // namespace
-
-namespace {
+/// Block b of the 8 columns from `first` (zeros past `cols`), transposed:
+/// out[t] holds quants 4t .. 4t + 3 of every column, and d[i] the scale of
+/// column first + i. The quants as stored (Q8_0's signed, Q4_0's and Q5_0's
+/// unsigned), with kUnsigned Q8_0's plus 128.
+template <typename Blocks, bool kUnsigned>
+inline void transposed_column_blocks(const uint8_t* __restrict__ rows, size_t row_bytes,
+                                     size_t cols, size_t first, size_t b,
+                                     __m256i (&out)[kLaneGroupCols], float* __restrict__ d) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i in[kLaneGroupCols];
+  for (size_t i = 0; i < kLaneGroupCols; ++i) {
+    const size_t j = first + i;
+    if (j < cols) {
+      const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
+      if constexpr (Blocks::kOffset != 0)
+        in[i] = Blocks::stored(block);
+      else if constexpr (kUnsigned)
+        in[i] = _mm256_xor_si256(Blocks::quants(block), flip); // q + 128
+      else
+        in[i] = Blocks::quants(block);
+      d[i] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
+    } else {
+      in[i] = _mm256_setzero_si256();
+      d[i] = 0.0f;
+    }
+  }
+  transpose_8x8_epi32(in, out);
+}
 
 template <TensorType kType>
 void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols, size_t k,
@@ -48,21 +73,9 @@ void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_
   using Blocks = SignedBlocks<kType>;
   const size_t nb = k / 32;
   for (size_t b = 0; b < nb; ++b) {
-    __m256i in[kLaneGroupCols], out[kLaneGroupCols];
-    for (size_t j = 0; j < kLaneGroupCols; ++j) {
-      if (j < cols) {
-        const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
-        if constexpr (Blocks::kOffset == 0)
-          in[j] = Blocks::quants(block);
-        else
-          in[j] = Blocks::stored(block);
-        d[kLaneGroupCols * b + j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
-      } else {
-        in[j] = _mm256_setzero_si256();
-        d[kLaneGroupCols * b + j] = 0.0f;
-      }
-    }
-    transpose_8x8_epi32(in, out);
+    __m256i out[kLaneGroupCols];
+    transposed_column_blocks<Blocks, false>(rows, row_bytes, cols, 0, b, out,
+                                            d + kLaneGroupCols * b);
     for (size_t t = 0; t < 8; ++t) {
       const size_t at = (8 * b + t) * 32;
       store(q + at, out[t]);
@@ -102,27 +115,13 @@ void interleave_unsigned_blocks(const uint8_t* __restrict__ rows, size_t row_byt
                                 size_t k, uint8_t* __restrict__ q, float* __restrict__ d) {
   using Blocks = SignedBlocks<kType>;
   const size_t nb = k / 32;
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (size_t b = 0; b < nb; ++b) {
     // Columns 8h .. 8h + 7, transposed into the low (h = 0) or high (h = 1)
     // 32 bytes of each quad's 64.
     for (size_t h = 0; h < kWideLaneGroupCols / kLaneGroupCols; ++h) {
-      __m256i in[kLaneGroupCols], out[kLaneGroupCols];
-      for (size_t i = 0; i < kLaneGroupCols; ++i) {
-        const size_t j = kLaneGroupCols * h + i;
-        if (j < cols) {
-          const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
-          if constexpr (Blocks::kOffset == 0)
-            in[i] = _mm256_xor_si256(Blocks::quants(block), flip); // q + 128
-          else
-            in[i] = Blocks::stored(block);
-          d[kWideLaneGroupCols * b + j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
-        } else {
-          in[i] = _mm256_setzero_si256();
-          d[kWideLaneGroupCols * b + j] = 0.0f;
-        }
-      }
-      transpose_8x8_epi32(in, out);
+      __m256i out[kLaneGroupCols];
+      transposed_column_blocks<Blocks, true>(rows, row_bytes, cols, kLaneGroupCols * h, b, out,
+                                             d + kWideLaneGroupCols * b + kLaneGroupCols * h);
       for (size_t t = 0; t < 8; ++t)
         store(q + (8 * b + t) * 64 + 32 * h, out[t]);
     }
