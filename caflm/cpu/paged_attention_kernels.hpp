@@ -36,13 +36,17 @@ void weighted_values_avx512(const PagedKvHead& head, std::uint32_t first_context
 namespace caflm {
 namespace {
 
-/// Asks for the `bytes` from `p` on in L1 ahead of their use: a sequence's
+/// Asks for the `bytes` from `p` on in L2 ahead of their use: a sequence's
 /// blocks lie anywhere in the cache, so the hardware prefetchers, which
-/// follow one stream, stall at each block boundary.
+/// follow one stream, stall at each block boundary. L2, not L1: two F32
+/// blocks are 128 lines, more misses than L1 keeps outstanding, and the
+/// demand loads of the block in use then wait behind them (measured on a
+/// 2-core Zen 4, 32 sequences' decode attention over 160 positions: 18 GB/s
+/// with L1 as the target, 25 with L2).
 inline void prefetch_bytes(const void* p, std::size_t bytes) {
   const char* at = static_cast<const char*>(p);
   for (std::size_t line = 0; line < bytes; line += 64)
-    _mm_prefetch(at + line, _MM_HINT_T0);
+    _mm_prefetch(at + line, _MM_HINT_T1);
 }
 
 /// How many blocks ahead of the one in use the walks prefetch: one block of
