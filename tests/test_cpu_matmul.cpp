@@ -324,11 +324,14 @@ TEST_CASE("linear_shared_input gives every weight the bits of its own linear()",
           "[cpu_matmul][batch_invariance]") {
   // Q4_K_M-like mixes (Q4_K with Q6_K: one Q8_K quantization for both),
   // legacy formats with and without a min, a float weight among them, and
-  // the same format twice with something else between.
+  // the same format twice with something else between; float weights of one
+  // type (computed in one parallel loop) and of several.
   const std::vector<std::vector<TensorType>> groups = {
       {TensorType::Q4_K, TensorType::Q4_K, TensorType::Q6_K},
       {TensorType::Q8_0, TensorType::Q4_1, TensorType::F16, TensorType::Q8_0},
-      {TensorType::Q5_K, TensorType::Q5_0, TensorType::Q2_K, TensorType::Q5_1}};
+      {TensorType::Q5_K, TensorType::Q5_0, TensorType::Q2_K, TensorType::Q5_1},
+      {TensorType::F32, TensorType::F32, TensorType::F32},
+      {TensorType::F16, TensorType::BF16, TensorType::BF16, TensorType::F32}};
   std::mt19937 rng(23);
   constexpr size_t k = 512;
   for (const std::vector<TensorType>& types : groups)
@@ -337,7 +340,8 @@ TEST_CASE("linear_shared_input gives every weight the bits of its own linear()",
         std::vector<TestWeight> weights;
         std::vector<std::vector<float>> biases, shared, alone;
         for (TensorType type : types) {
-          const size_t n = 40 + 8 * weights.size();
+          // 1, 2, 3 and 3 tiles of 48 columns.
+          const size_t n = 40 + 29 * weights.size();
           weights.push_back(make_weight(type, n, k, rng));
           biases.push_back(random_vector(n, rng));
           shared.emplace_back(m * n, -1.0f);

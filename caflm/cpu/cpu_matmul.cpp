@@ -78,6 +78,48 @@ struct Avx2Shapes {
   static constexpr int NR4 = 3, NR3 = 4, NR2 = 6, NR1 = 8;
 };
 
+bool is_float_type(TensorType type) {
+  return type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
+}
+
+detail::FloatProblem float_problem(const WeightView& w, const float* x, float* y,
+                                   const float* bias) {
+  detail::FloatProblem p{};
+  p.w = static_cast<const uint8_t*>(w.data);
+  p.w_row_bytes = tensor_row_bytes(w.type, w.cols);
+  p.x = x;
+  p.k = w.cols;
+  p.n = w.rows;
+  p.y = y;
+  p.bias = bias;
+  return p;
+}
+
+/// `count` (at most kMaxFloatProblems) products of `type` weights with the
+/// same m > 0 rows, with the kernels of `isa`, in one parallel loop.
+void float_linear(MatmulIsa isa, TensorType type, const detail::FloatProblem* problems,
+                  size_t count, size_t m) {
+  if (isa == MatmulIsa::Avx512 || isa == MatmulIsa::Amx) {
+    if (!matmul_isa_supported(isa)) {
+      throw std::invalid_argument(std::string("linear: this CPU cannot run the ") + to_string(isa) +
+                                  " kernels");
+    }
+    detail::float_linear_avx512(type, problems, count, m);
+    return;
+  }
+  switch (type) {
+  case TensorType::F32:
+    run_float_tiles<FloatKernel<Avx2Simd, F32Weights>, Avx2Shapes>(problems, count, m);
+    return;
+  case TensorType::F16:
+    run_float_tiles<FloatKernel<Avx2Simd, F16Weights>, Avx2Shapes>(problems, count, m);
+    return;
+  default:
+    run_float_tiles<FloatKernel<Avx2Simd, Bf16Weights>, Avx2Shapes>(problems, count, m);
+    return;
+  }
+}
+
 } // namespace
 
 const char* to_string(MatmulIsa isa) {
@@ -174,10 +216,27 @@ void linear_shared_input(const float* __restrict__ x, size_t m,
   // weight of this call that takes it.
   thread_local detail::QuantizedActivations slots[3];
   bool filled[3] = {false, false, false};
+  // Float weights of one type run together, in one parallel loop.
+  detail::FloatProblem floats[kMaxFloatProblems];
+  size_t n_floats = 0;
+  TensorType float_type = TensorType::F32;
+  const auto run_floats = [&] {
+    if (n_floats > 0)
+      float_linear(isa, float_type, floats, n_floats, m);
+    n_floats = 0;
+  };
   for (const LinearOutput& out : outputs) {
     const WeightView& w = *out.w;
-    if (w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16 ||
-        m == 0) {
+    if (is_float_type(w.type)) {
+      if (m == 0 || w.rows == 0)
+        continue;
+      if (n_floats == kMaxFloatProblems || (n_floats > 0 && w.type != float_type))
+        run_floats();
+      float_type = w.type;
+      floats[n_floats++] = float_problem(w, x, out.y, out.bias);
+      continue;
+    }
+    if (m == 0) {
       linear(w, x, m, out.y, out.bias, isa);
       continue;
     }
@@ -194,11 +253,12 @@ void linear_shared_input(const float* __restrict__ x, size_t m,
     }
     detail::quantized_linear(isa, w, slots[slot], out.y, out.bias);
   }
+  run_floats();
 }
 
 void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* __restrict__ y,
             const float* __restrict__ bias, MatmulIsa isa) {
-  if (w.type != TensorType::F32 && w.type != TensorType::F16 && w.type != TensorType::BF16) {
+  if (!is_float_type(w.type)) {
     if (!matmul_isa_supported(isa)) {
       throw std::invalid_argument(std::string("linear: this CPU cannot run the ") + to_string(isa) +
                                   " kernels");
@@ -206,36 +266,11 @@ void linear(const WeightView& w, const float* __restrict__ x, size_t m, float* _
     detail::quantized_linear(isa, w, x, m, y, bias);
     return;
   }
-  detail::FloatProblem p{};
-  p.w = static_cast<const uint8_t*>(w.data);
-  p.w_row_bytes = tensor_row_bytes(w.type, w.cols);
-  p.x = x;
-  p.k = w.cols;
-  p.n = w.rows;
-  p.y = y;
-  p.bias = bias;
-  if (m == 0 || p.n == 0) {
+  if (m == 0 || w.rows == 0) {
     return;
   }
-  if (isa == MatmulIsa::Avx512 || isa == MatmulIsa::Amx) {
-    if (!matmul_isa_supported(isa)) {
-      throw std::invalid_argument(std::string("linear: this CPU cannot run the ") + to_string(isa) +
-                                  " kernels");
-    }
-    detail::float_linear_avx512(w.type, p, m);
-    return;
-  }
-  switch (w.type) {
-  case TensorType::F32:
-    run_float_tiles<FloatKernel<Avx2Simd, F32Weights>, Avx2Shapes>(p, m);
-    return;
-  case TensorType::F16:
-    run_float_tiles<FloatKernel<Avx2Simd, F16Weights>, Avx2Shapes>(p, m);
-    return;
-  default:
-    run_float_tiles<FloatKernel<Avx2Simd, Bf16Weights>, Avx2Shapes>(p, m);
-    return;
-  }
+  const detail::FloatProblem p = float_problem(w, x, y, bias);
+  float_linear(isa, w.type, &p, 1, m);
 }
 
 } // namespace caflm

@@ -36,9 +36,11 @@ struct FloatProblem {
   const float* bias; // [n] or null
 };
 
-/// linear() for F32, F16 or BF16 weights with the 16-lane AVX-512 kernels
-/// (float_matmul_avx512.cpp); the CPU must have AVX-512 F, BW and VL.
-void float_linear_avx512(TensorType type, const FloatProblem& p, std::size_t m);
+/// linear() for `count` F32, F16 or BF16 weights of one `type` against the
+/// same m rows, with the 16-lane AVX-512 kernels (float_matmul_avx512.cpp);
+/// the CPU must have AVX-512 F, BW and VL.
+void float_linear_avx512(TensorType type, const FloatProblem* problems, std::size_t count,
+                         std::size_t m);
 
 } // namespace caflm::detail
 
@@ -173,54 +175,78 @@ inline void float_block_column(const detail::FloatProblem& p, std::size_t row_be
 // column-first: 32 rows of a 2048-wide x (256 KiB) stay in L2.
 constexpr std::size_t kFloatRowChunk = 32;
 
-// Computes y tile by tile. Within a tile, rows go in groups of 4 (the 1-3
-// left over use wider column groups), and one of the two operands of a 4 x
-// NR4 block comes from L2 at every step along K while the other stays in L1:
-// whichever moves fewer bytes. Row-first, each group of rows sweeps the
-// tile's columns, its rows in L1 and the tile's weights (NR4 per step) from
-// L2; column-first, each block of NR4 columns sweeps up to kFloatRowChunk
-// rows, its weights in L1 and the 4 rows per step from L2. Only AVX-512's 6
-// columns of F32 outweigh 4 rows (measured: 25% faster that way, while
-// F16 and BF16, and AVX2's 3 columns, ran slower column-first). `Shapes`
-// gives the column widths NR4, NR3, NR2 and NR1 of those row counts (each
-// dividing kFloatTileCols). Tiles are handed out dynamically: which thread
-// computes a tile never changes its bits, and a thread slowed by other work
-// on its core then takes fewer tiles. Neither does the order of the blocks:
-// each element's arithmetic is the kernel's alone.
+// Computes tile `tile` of y, its columns from kFloatTileCols * tile on.
+// Within a tile, rows go in groups of 4 (the 1-3 left over use wider column
+// groups), and one of the two operands of a 4 x NR4 block comes from L2 at
+// every step along K while the other stays in L1: whichever moves fewer
+// bytes. Row-first, each group of rows sweeps the tile's columns, its rows
+// in L1 and the tile's weights (NR4 per step) from L2; column-first, each
+// block of NR4 columns sweeps up to kFloatRowChunk rows, its weights in L1
+// and the 4 rows per step from L2. Only AVX-512's 6 columns of F32 outweigh
+// 4 rows (measured: 25% faster that way, while F16 and BF16, and AVX2's 3
+// columns, ran slower column-first). `Shapes` gives the column widths NR4,
+// NR3, NR2 and NR1 of those row counts (each dividing kFloatTileCols). The
+// order of the blocks changes no bit: each element's arithmetic is the
+// kernel's alone.
 template <typename Kernel, typename Shapes>
-inline void run_float_tiles(const detail::FloatProblem& p, std::size_t m) {
+inline void run_float_tile(const detail::FloatProblem& p, std::size_t m, std::size_t tile) {
   static_assert(kFloatTileCols % Shapes::NR4 == 0 && kFloatTileCols % Shapes::NR3 == 0 &&
                     kFloatTileCols % Shapes::NR2 == 0 && kFloatTileCols % Shapes::NR1 == 0,
                 "block widths must divide the tile");
-  const auto n_tiles = static_cast<std::ptrdiff_t>((p.n + kFloatTileCols - 1) / kFloatTileCols);
-#pragma omp parallel for schedule(dynamic) if (m * p.n * p.k >= kFloatParallelMinMacs)
+  const std::size_t col_begin = tile * kFloatTileCols;
+  const std::size_t col_end = std::min(p.n, col_begin + kFloatTileCols);
+  const std::size_t grouped = m - m % 4;
+  constexpr bool kColumnFirst = Shapes::NR4 * Kernel::kWeightBytes > 4 * sizeof(float);
+  if constexpr (kColumnFirst) {
+    for (std::size_t chunk = 0; chunk < grouped; chunk += kFloatRowChunk)
+      float_block_column<Kernel, Shapes::NR4>(p, chunk, std::min(grouped, chunk + kFloatRowChunk),
+                                              col_begin, col_end, chunk == 0);
+  } else {
+    for (std::size_t row = 0; row < grouped; row += 4)
+      float_block_row<Kernel, 4, Shapes::NR4>(p, row, col_begin, col_end);
+  }
+  const std::size_t row = grouped;
+  switch (m - row) {
+  case 3:
+    float_block_row<Kernel, 3, Shapes::NR3>(p, row, col_begin, col_end);
+    break;
+  case 2:
+    float_block_row<Kernel, 2, Shapes::NR2>(p, row, col_begin, col_end);
+    break;
+  case 1:
+    float_block_row<Kernel, 1, Shapes::NR1>(p, row, col_begin, col_end);
+    break;
+  default:
+    break;
+  }
+}
+
+// Most weights one run_float_tiles call takes.
+constexpr std::size_t kMaxFloatProblems = 4;
+
+/// Computes `count` <= kMaxFloatProblems products of the same m rows (q, k
+/// and v of one input, say) tile by tile, all their tiles in one parallel
+/// loop: one fork and join for all of them, and the threads balance over
+/// their tiles together (a 192-column k or v has 4 tiles for 2 threads). Tiles
+/// are handed out dynamically: which thread computes a tile never changes
+/// its bits, and a thread slowed by other work on its core then takes fewer.
+template <typename Kernel, typename Shapes>
+inline void run_float_tiles(const detail::FloatProblem* problems, std::size_t count,
+                            std::size_t m) {
+  std::size_t first_tile[kMaxFloatProblems + 1] = {};
+  std::size_t macs = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    first_tile[i + 1] = first_tile[i] + (problems[i].n + kFloatTileCols - 1) / kFloatTileCols;
+    macs += m * problems[i].n * problems[i].k;
+  }
+  const auto n_tiles = static_cast<std::ptrdiff_t>(first_tile[count]);
+#pragma omp parallel for schedule(dynamic) if (macs >= kFloatParallelMinMacs)
   for (std::ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
-    const std::size_t col_begin = static_cast<std::size_t>(tile) * kFloatTileCols;
-    const std::size_t col_end = std::min(p.n, col_begin + kFloatTileCols);
-    const std::size_t grouped = m - m % 4;
-    constexpr bool kColumnFirst = Shapes::NR4 * Kernel::kWeightBytes > 4 * sizeof(float);
-    if constexpr (kColumnFirst) {
-      for (std::size_t chunk = 0; chunk < grouped; chunk += kFloatRowChunk)
-        float_block_column<Kernel, Shapes::NR4>(p, chunk, std::min(grouped, chunk + kFloatRowChunk),
-                                                col_begin, col_end, chunk == 0);
-    } else {
-      for (std::size_t row = 0; row < grouped; row += 4)
-        float_block_row<Kernel, 4, Shapes::NR4>(p, row, col_begin, col_end);
-    }
-    const std::size_t row = grouped;
-    switch (m - row) {
-    case 3:
-      float_block_row<Kernel, 3, Shapes::NR3>(p, row, col_begin, col_end);
-      break;
-    case 2:
-      float_block_row<Kernel, 2, Shapes::NR2>(p, row, col_begin, col_end);
-      break;
-    case 1:
-      float_block_row<Kernel, 1, Shapes::NR1>(p, row, col_begin, col_end);
-      break;
-    default:
-      break;
-    }
+    const auto t = static_cast<std::size_t>(tile);
+    std::size_t i = 0;
+    while (t >= first_tile[i + 1])
+      ++i;
+    run_float_tile<Kernel, Shapes>(problems[i], m, t - first_tile[i]);
   }
 }
 
