@@ -216,7 +216,8 @@ void linear_shared_input(const float* __restrict__ x, size_t m,
   // weight of this call that takes it.
   thread_local detail::QuantizedActivations slots[3];
   bool filled[3] = {false, false, false};
-  // Float weights of one type run together, in one parallel loop.
+  // Float weights of one type run together, in one parallel loop, and the
+  // quantized ones in one parallel region.
   detail::FloatProblem floats[kMaxFloatProblems];
   size_t n_floats = 0;
   TensorType float_type = TensorType::F32;
@@ -224,6 +225,13 @@ void linear_shared_input(const float* __restrict__ x, size_t m,
     if (n_floats > 0)
       float_linear(isa, float_type, floats, n_floats, m);
     n_floats = 0;
+  };
+  constexpr size_t kMaxQuantized = 4;
+  detail::QuantizedOutput quantized[kMaxQuantized];
+  size_t n_quantized = 0;
+  const auto run_quantized = [&] {
+    detail::quantized_linear_shared(isa, quantized, n_quantized);
+    n_quantized = 0;
   };
   for (const LinearOutput& out : outputs) {
     const WeightView& w = *out.w;
@@ -248,11 +256,17 @@ void linear_shared_input(const float* __restrict__ x, size_t m,
     const TensorType act = detail::activation_type(w.type);
     const std::size_t slot = act == TensorType::Q8_0 ? 0 : act == TensorType::Q8_1 ? 1 : 2;
     if (!filled[slot] || slots[slot].k() != w.cols || slots[slot].m() != m) {
+      // Outputs waiting on this slot's rows run before they are replaced.
+      if (filled[slot])
+        run_quantized();
       slots[slot].quantize(act, x, m, w.cols);
       filled[slot] = true;
     }
-    detail::quantized_linear(isa, w, slots[slot], out.y, out.bias);
+    if (n_quantized == kMaxQuantized)
+      run_quantized();
+    quantized[n_quantized++] = detail::QuantizedOutput{&w, &slots[slot], out.y, out.bias};
   }
+  run_quantized();
   run_floats();
 }
 

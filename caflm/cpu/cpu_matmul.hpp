@@ -94,7 +94,10 @@ struct LinearOutput {
 /// linear() of several weights over the same x, as a layer's q, k and v
 /// projections or its gate and up: the same bits, with x quantized once per
 /// activation format that the quantized weights among them take rather than
-/// once per weight. Throws as linear() does.
+/// once per weight, and the products' column tiles shared out in one
+/// parallel loop (float weights of one type) or region (quantized ones)
+/// rather than a fork and join each. Throws as linear() does, before
+/// computing any product when a quantized weight is refused.
 void linear_shared_input(const float* __restrict__ x /* [m, K] */, size_t m,
                          std::initializer_list<LinearOutput> outputs);
 

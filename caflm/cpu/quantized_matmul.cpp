@@ -107,12 +107,32 @@ void check_quantized_weight(const WeightView& w) {
 
 namespace {
 
+// Set while this thread is one of the team quantized_linear_shared opened:
+// the column loops of its products then share that team.
+thread_local bool in_shared_team = false;
+
 // Calls group(col0, cols) for every group of `group_cols` output columns
 // (cols of them, fewer at the end) of an n-column product, tile by tile
 // across the OpenMP team (see quantized_column_tiles), on the calling thread
-// alone below kParallelMinMacs multiply-adds.
+// alone below kParallelMinMacs multiply-adds. Inside quantized_linear_shared's
+// team, every thread calls this for the same products in the same order, and
+// each product's tiles go to that team, a thread moving on to the next
+// product's as soon as none of this one's are left.
 template <typename GroupFn>
 void for_each_column_group(size_t n, size_t group_cols, size_t macs, GroupFn&& group) {
+  if (in_shared_team) {
+    const ColumnTiles tiles =
+        quantized_column_tiles(n, group_cols, static_cast<size_t>(omp_get_num_threads()));
+    const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
+#pragma omp for schedule(dynamic) nowait
+    for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+      const size_t col_begin = tiles.begin(static_cast<size_t>(tile));
+      const size_t col_end = tiles.begin(static_cast<size_t>(tile) + 1);
+      for (size_t col0 = col_begin; col0 < col_end; col0 += group_cols)
+        group(col0, std::min(group_cols, col_end - col0));
+    }
+    return;
+  }
   const ColumnTiles tiles =
       quantized_column_tiles(n, group_cols, static_cast<size_t>(omp_get_max_threads()));
   const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
@@ -371,16 +391,25 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
   quantized_linear(isa, w, activations, y, bias);
 }
 
-void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivations& x,
-                      float* __restrict__ y, const float* __restrict__ bias) {
+namespace {
+
+/// Throws std::invalid_argument unless `x` can meet `w`.
+void check_quantized_operands(const WeightView& w, const QuantizedActivations& x) {
   check_quantized_weight(w);
-  const QuantKind kind = quant_kind(w.type);
-  const TensorType act = activation_type(w.type);
-  if (x.act() != act || x.k() != w.cols) {
+  if (x.act() != activation_type(w.type) || x.k() != w.cols) {
     throw std::invalid_argument(std::string("linear: a ") + to_string(w.type) + " weight of " +
                                 std::to_string(w.cols) + " inputs cannot take rows of " +
                                 std::to_string(x.k()) + " quantized to " + to_string(x.act()));
   }
+}
+
+} // namespace
+
+void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivations& x,
+                      float* __restrict__ y, const float* __restrict__ bias) {
+  check_quantized_operands(w, x);
+  const QuantKind kind = quant_kind(w.type);
+  const TensorType act = activation_type(w.type);
   const size_t k = w.cols;
   const size_t n = w.rows;
   const size_t m = x.m();
@@ -451,6 +480,29 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
       dot_group_avx2(p);
     }
   });
+}
+
+void quantized_linear_shared(MatmulIsa isa, const QuantizedOutput* outputs, size_t count) {
+  size_t macs = 0;
+  bool amx = false;
+  for (size_t i = 0; i < count; ++i) {
+    const QuantizedOutput& out = outputs[i];
+    check_quantized_operands(*out.w, *out.x);
+    macs += out.x->m() * out.w->rows * out.w->cols;
+    amx = amx || (isa == MatmulIsa::Amx && out.x->m() >= 16);
+  }
+  if (amx || count < 2) {
+    for (size_t i = 0; i < count; ++i)
+      quantized_linear(isa, *outputs[i].w, *outputs[i].x, outputs[i].y, outputs[i].bias);
+    return;
+  }
+#pragma omp parallel if (macs >= kParallelMinMacs)
+  {
+    in_shared_team = true;
+    for (size_t i = 0; i < count; ++i)
+      quantized_linear(isa, *outputs[i].w, *outputs[i].x, outputs[i].y, outputs[i].bias);
+    in_shared_team = false;
+  }
 }
 
 } // namespace caflm::detail

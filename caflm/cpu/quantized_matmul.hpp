@@ -466,4 +466,18 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const float* __restric
 void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivations& x,
                       float* __restrict__ y, const float* __restrict__ bias);
 
+/// One product of quantized_linear_shared.
+struct QuantizedOutput {
+  const WeightView* w;
+  const QuantizedActivations* x; // rows quantized to activation_type(w->type)
+  float* y;                      // [x->m(), w->rows]
+  const float* bias;             // [w->rows] or null
+};
+
+/// quantized_linear for each of `count` outputs, with each output's bits,
+/// their column loops in one parallel region with no join between them (the
+/// AMX kernels, which split their own work, one after another). Checks every
+/// output before computing any, and throws as quantized_linear does.
+void quantized_linear_shared(MatmulIsa isa, const QuantizedOutput* outputs, size_t count);
+
 } // namespace caflm::detail
