@@ -120,29 +120,24 @@ thread_local bool in_shared_team = false;
 // product's as soon as none of this one's are left.
 template <typename GroupFn>
 void for_each_column_group(size_t n, size_t group_cols, size_t macs, GroupFn&& group) {
-  if (in_shared_team) {
-    const ColumnTiles tiles =
-        quantized_column_tiles(n, group_cols, static_cast<size_t>(omp_get_num_threads()));
-    const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
-#pragma omp for schedule(dynamic) nowait
-    for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
-      const size_t col_begin = tiles.begin(static_cast<size_t>(tile));
-      const size_t col_end = tiles.begin(static_cast<size_t>(tile) + 1);
-      for (size_t col0 = col_begin; col0 < col_end; col0 += group_cols)
-        group(col0, std::min(group_cols, col_end - col0));
-    }
-    return;
-  }
-  const ColumnTiles tiles =
-      quantized_column_tiles(n, group_cols, static_cast<size_t>(omp_get_max_threads()));
+  const int threads = in_shared_team ? omp_get_num_threads() : omp_get_max_threads();
+  const ColumnTiles tiles = quantized_column_tiles(n, group_cols, static_cast<size_t>(threads));
   const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
-#pragma omp parallel for schedule(dynamic) if (macs >= kParallelMinMacs)
-  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
+  const auto run_tile = [&](ptrdiff_t tile) {
     const size_t col_begin = tiles.begin(static_cast<size_t>(tile));
     const size_t col_end = tiles.begin(static_cast<size_t>(tile) + 1);
     for (size_t col0 = col_begin; col0 < col_end; col0 += group_cols)
       group(col0, std::min(group_cols, col_end - col0));
+  };
+  if (in_shared_team) {
+#pragma omp for schedule(dynamic) nowait
+    for (ptrdiff_t tile = 0; tile < n_tiles; ++tile)
+      run_tile(tile);
+    return;
   }
+#pragma omp parallel for schedule(dynamic) if (macs >= kParallelMinMacs)
+  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile)
+    run_tile(tile);
 }
 
 // The weight rows of the column group after [col0, col0 + cols) of an
