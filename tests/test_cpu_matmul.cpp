@@ -385,6 +385,35 @@ TEST_CASE("linear_shared_input gives every weight the bits of its own linear()",
                     std::invalid_argument);
 }
 
+TEST_CASE("linear_shared_input requantizes x for a weight of another width only after the "
+          "weights waiting on the old rows ran",
+          "[cpu_matmul][batch_invariance]") {
+  // Two Q8_0 weights of 512 inputs, then one of 256 that takes x as
+  // [m, 256]: the same activation format at another width, whose quantized
+  // rows replace the shared ones.
+  std::mt19937 rng(29);
+  for (MatmulIsa isa : supported_isas())
+    for (size_t m : {1, 16}) {
+      const TestWeight a = make_weight(TensorType::Q8_0, 70, 512, rng);
+      const TestWeight b = make_weight(TensorType::Q8_0, 50, 512, rng);
+      const TestWeight c = make_weight(TensorType::Q8_0, 60, 256, rng);
+      const WeightView va = a.view(), vb = b.view(), vc = c.view();
+      const std::vector<float> x = random_vector(m * 512, rng);
+      std::vector<float> ya(m * 70), yb(m * 50), yc(m * 60);
+      linear_shared_input(
+          x.data(), m,
+          {{&va, ya.data(), nullptr}, {&vb, yb.data(), nullptr}, {&vc, yc.data(), nullptr}}, isa);
+      std::vector<float> alone_a(ya.size()), alone_b(yb.size()), alone_c(yc.size());
+      linear(va, x.data(), m, alone_a.data(), nullptr, isa);
+      linear(vb, x.data(), m, alone_b.data(), nullptr, isa);
+      linear(vc, x.data(), m, alone_c.data(), nullptr, isa);
+      INFO(to_string(isa) << ", m " << m);
+      CHECK(std::memcmp(ya.data(), alone_a.data(), ya.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(yb.data(), alone_b.data(), yb.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(yc.data(), alone_c.data(), yc.size() * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("linear quantizes an all-zero activation block to zero", "[cpu_matmul]") {
   std::mt19937 rng(11);
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_1, TensorType::Q4_K}) {
