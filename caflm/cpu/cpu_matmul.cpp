@@ -107,17 +107,8 @@ void float_linear(MatmulIsa isa, TensorType type, const detail::FloatProblem* pr
     detail::float_linear_avx512(type, problems, count, m);
     return;
   }
-  switch (type) {
-  case TensorType::F32:
-    run_float_tiles<FloatKernel<Avx2Simd, F32Weights>, Avx2Shapes>(problems, count, m);
-    return;
-  case TensorType::F16:
-    run_float_tiles<FloatKernel<Avx2Simd, F16Weights>, Avx2Shapes>(problems, count, m);
-    return;
-  default:
-    run_float_tiles<FloatKernel<Avx2Simd, Bf16Weights>, Avx2Shapes>(problems, count, m);
-    return;
-  }
+  run_float_tiles_of<Avx2Simd, Avx2Shapes, F32Weights, F16Weights, Bf16Weights>(type, problems,
+                                                                                count, m);
 }
 
 } // namespace

@@ -82,17 +82,8 @@ struct Avx512Shapes {
 
 void detail::float_linear_avx512(TensorType type, const FloatProblem* problems, std::size_t count,
                                  std::size_t m) {
-  switch (type) {
-  case TensorType::F32:
-    run_float_tiles<FloatKernel<Avx512Simd, F32Weights512>, Avx512Shapes>(problems, count, m);
-    return;
-  case TensorType::F16:
-    run_float_tiles<FloatKernel<Avx512Simd, F16Weights512>, Avx512Shapes>(problems, count, m);
-    return;
-  default:
-    run_float_tiles<FloatKernel<Avx512Simd, Bf16Weights512>, Avx512Shapes>(problems, count, m);
-    return;
-  }
+  run_float_tiles_of<Avx512Simd, Avx512Shapes, F32Weights512, F16Weights512, Bf16Weights512>(
+      type, problems, count, m);
 }
 
 } // namespace caflm

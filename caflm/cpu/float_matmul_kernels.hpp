@@ -250,5 +250,21 @@ inline void run_float_tiles(const detail::FloatProblem* problems, std::size_t co
   }
 }
 
+/// run_float_tiles with the kernel of `type`'s weights (F32, F16 or BF16),
+/// loaded by F32W, F16W or Bf16W: each instruction set's file picks its own
+/// loaders and block shapes here.
+template <typename Simd, typename Shapes, typename F32W, typename F16W, typename Bf16W>
+inline void run_float_tiles_of(TensorType type, const detail::FloatProblem* problems,
+                               std::size_t count, std::size_t m) {
+  switch (type) {
+  case TensorType::F32:
+    return run_float_tiles<FloatKernel<Simd, F32W>, Shapes>(problems, count, m);
+  case TensorType::F16:
+    return run_float_tiles<FloatKernel<Simd, F16W>, Shapes>(problems, count, m);
+  default:
+    return run_float_tiles<FloatKernel<Simd, Bf16W>, Shapes>(problems, count, m);
+  }
+}
+
 } // namespace
 } // namespace caflm
