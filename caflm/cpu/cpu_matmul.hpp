@@ -96,8 +96,9 @@ struct LinearOutput {
 /// activation format that the quantized weights among them take rather than
 /// once per weight, and the products' column tiles shared out in one
 /// parallel loop (float weights of one type) or region (quantized ones)
-/// rather than a fork and join each. Throws as linear() does, before
-/// computing any product when a quantized weight is refused.
+/// rather than a fork and join each. Throws as linear() does; a quantized
+/// weight is checked before it joins the products waiting to run, so one
+/// that is refused leaves those waiting unrun.
 void linear_shared_input(const float* __restrict__ x /* [m, K] */, size_t m,
                          std::initializer_list<LinearOutput> outputs);
 
