@@ -1,15 +1,17 @@
-// The batch-invariant linear layer: one warp per output column n, each lane
-// decoding 8 consecutive weights of the row per step and multiplying them
-// with the same 8 activations of every row of x in its tile.
+// The batch-invariant linear layer: each warp computes a few output columns
+// n (gemm_columns_per_warp), each lane decoding 8 consecutive weights of each
+// of their rows per step and multiplying them with the same 8 activations of
+// every row of x in its tile.
 //
 // Reduction order of y[r, n], fixed by K and the weight type alone:
 //   lane l accumulates, with fmaf in FP32, the products of elements
 //   k = k0 + 8 l + i for k0 = 0, 256, 512, ... and i = 0..7 in that order;
 //   the 32 lane sums are then added by a butterfly of __shfl_xor_sync over
 //   offsets 16, 8, 4, 2, 1; the bias (if any) is added last.
-// Rows of x only share the read of a weight row; no value of one row enters
-// another's arithmetic, and a row's operations are the same whatever tile it
-// falls in or how many rows the tile has (the tile sizes are template
+// Rows of x only share the read of a weight row, and columns the read of a
+// row of x; no value of one row or column enters another's arithmetic, and a
+// row's operations are the same whatever tile it falls in, how many rows the
+// tile has or how many columns its warp computes (the tile sizes are template
 // instances of the same code, and the float operations are written as
 // explicit intrinsics, so the compiler cannot contract them differently).
 // Weights are decoded (detail::decode8, gemm_kernels.cuh) with
@@ -18,8 +20,9 @@
 // detail::accumulate_lane, which the tests also run on the host.
 // Performance: at m = 1 every weight byte is read once, by lanes of one warp
 // reading adjacent bytes (vector loads for F32/F16/BF16, 2-byte loads for
-// block types, whose fields are only 2-byte aligned); for larger m a weight
-// row read serves up to 16 rows of x.
+// block types, whose fields are only 2-byte aligned), with several steps'
+// loads in flight; for larger m a weight row read serves up to 16 rows of x,
+// and a read of x up to 4 columns.
 
 #include "caflm/cuda/gemm_kernels.cuh"
 
@@ -37,8 +40,15 @@ using namespace detail;
 
 // ---- the kernel ----
 
+// The tile shape as constants device code can read (the functions in
+// gemm_kernels.hpp are host-only).
+template <int kRows>
+constexpr int kColumnsPerWarp = static_cast<int>(gemm_columns_per_warp(kRows));
+template <int kRows>
+constexpr std::uint32_t kWarpsPerBlock = gemm_warps_per_block(kRows);
+
 template <TensorType kType, int kRows>
-__global__ void __launch_bounds__(32 * kGemmWarpsPerBlock)
+__global__ void __launch_bounds__(32 * kWarpsPerBlock<kRows>)
     linear_kernel(const std::uint8_t* __restrict__ weight, // [N, row_bytes] GGUF bytes
                   std::uint64_t row_bytes,
                   const float* __restrict__ x, // [m, x_stride]
@@ -46,38 +56,50 @@ __global__ void __launch_bounds__(32 * kGemmWarpsPerBlock)
                   const float* __restrict__ bias, // [N] or null
                   float* __restrict__ y,          // [m, y_stride]
                   std::uint64_t y_stride) {
+  constexpr int kColumns = kColumnsPerWarp<kRows>;
+  constexpr std::uint32_t kWarps = kWarpsPerBlock<kRows>;
   const std::uint32_t lane = threadIdx.x % 32;
-  const std::uint32_t n = blockIdx.x * kGemmWarpsPerBlock + threadIdx.x / 32;
-  if (n >= n_out)
+  const std::uint32_t first_column = (blockIdx.x * kWarps + threadIdx.x / 32) * kColumns;
+  if (first_column >= n_out)
     return; // the whole warp: the shuffles below see only full warps
   const std::uint32_t first_row = blockIdx.y * kRows;
-  const std::uint8_t* w_row = weight + n * row_bytes;
 
-  // Rows past m read row m - 1 (valid memory) and are never written.
+  // Rows past m read row m - 1, columns past N weight row N - 1 (valid
+  // memory); neither is written.
   const float* x_rows[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
     x_rows[r] = x + min(first_row + r, m - 1) * x_stride;
-
-  float acc[kRows];
+  const std::uint8_t* w_rows[kColumns];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    acc[r] = 0.0f;
+  for (int c = 0; c < kColumns; ++c)
+    w_rows[c] = weight + min(first_column + c, n_out - 1) * row_bytes;
 
-  accumulate_lane<kType, kRows>(w_row, x_rows, k_len, lane, acc);
+  float acc[kColumns][kRows];
+#pragma unroll
+  for (int c = 0; c < kColumns; ++c) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      acc[c][r] = 0.0f;
+  }
+
+  accumulate_lane<kType, kRows, kColumns>(w_rows, x_rows, k_len, lane, acc);
 
   // Butterfly: every lane ends with the same sum (IEEE addition commutes).
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int c = 0; c < kColumns; ++c) {
+    const std::uint32_t n = first_column + c;
+    const float b = bias != nullptr && n < n_out ? bias[n] : 0.0f;
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-      acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xFFFFFFFFu, acc[r], offset));
-  }
-  const float b = bias != nullptr ? bias[n] : 0.0f;
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (lane == static_cast<std::uint32_t>(r % 32) && first_row + r < m)
-      y[(first_row + r) * y_stride + n] = bias != nullptr ? __fadd_rn(acc[r], b) : acc[r];
+      for (int offset = 16; offset > 0; offset /= 2)
+        acc[c][r] = __fadd_rn(acc[c][r], __shfl_xor_sync(0xFFFFFFFFu, acc[c][r], offset));
+      // The writes of a warp's outputs are spread over its lanes.
+      if (lane == static_cast<std::uint32_t>((c * kRows + r) % 32) && first_row + r < m &&
+          n < n_out)
+        y[(first_row + r) * y_stride + n] = bias != nullptr ? __fadd_rn(acc[c][r], b) : acc[c][r];
+    }
   }
 }
 
@@ -162,8 +184,11 @@ GemmLaunchPlan plan_gemm_launch(TensorType type, std::uint64_t m, std::uint64_t 
   plan.rows_per_tile = 1;
   while (plan.rows_per_tile < m && plan.rows_per_tile < kGemmMaxRowsPerTile)
     plan.rows_per_tile *= 2;
-  plan.threads_per_block = 32 * kGemmWarpsPerBlock;
-  const std::uint64_t grid_x = (n_out + kGemmWarpsPerBlock - 1) / kGemmWarpsPerBlock;
+  plan.columns_per_warp = gemm_columns_per_warp(plan.rows_per_tile);
+  const std::uint32_t warps = gemm_warps_per_block(plan.rows_per_tile);
+  plan.threads_per_block = 32 * warps;
+  const std::uint64_t columns_per_block = std::uint64_t{warps} * plan.columns_per_warp;
+  const std::uint64_t grid_x = (n_out + columns_per_block - 1) / columns_per_block;
   const std::uint64_t grid_y = (m + plan.rows_per_tile - 1) / plan.rows_per_tile;
   if (grid_x > 0x7FFFFFFFu || grid_y > 65535)
     throw std::invalid_argument(what + ": too large for one launch grid");

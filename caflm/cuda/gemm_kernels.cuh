@@ -17,10 +17,8 @@
 // compiles the __host__ __device__ functions below, rejects the pragma).
 #ifdef __CUDA_ARCH__
 #define CAFLM_GEMM_UNROLL _Pragma("unroll")
-#define CAFLM_GEMM_UNROLL_2 _Pragma("unroll 2")
 #else
 #define CAFLM_GEMM_UNROLL
-#define CAFLM_GEMM_UNROLL_2
 #endif
 
 namespace caflm::cuda {
@@ -280,35 +278,58 @@ decode8(const std::uint8_t* __restrict__ row, // [row_bytes]
   }
 }
 
-/// Lane `lane`'s share of y[r, n] for the kRows rows of x: acc[r] +=
-/// products of elements k = k0 + 8 lane + i (k0 = 0, 256, ...; i = 0..7) in
-/// that order, each with one fmaf. The kernel adds the 32 lanes' sums with a
-/// butterfly; the tests run this on the host to emulate a warp.
-template <TensorType kType, int kRows>
+/// Warp steps whose weights a lane loads before it multiplies any of them:
+/// at one or two rows a warp has little arithmetic to hide the latency of
+/// its weight loads behind, so it keeps several steps' loads in flight.
+template <int kRows>
+inline constexpr int kGemmStepsInFlight = kRows <= 2 ? 4 : 1;
+
+/// Lane `lane`'s share of y[r, n] for the kRows rows of x and the kColumns
+/// weight rows n: acc[c][r] += products of elements k = k0 + 8 lane + i
+/// (k0 = 0, 256, ...; i = 0..7) in that order, each with one fmaf. The
+/// kernel adds the 32 lanes' sums with a butterfly; the tests run this on the
+/// host to emulate a warp. How many columns a lane computes at once, and how
+/// many steps' weights it decodes before their products are added, change
+/// when loads are issued, never the order of any sum.
+template <TensorType kType, int kRows, int kColumns>
 __host__ __device__ __forceinline__ void
-accumulate_lane(const std::uint8_t* __restrict__ w_row, // [row_bytes] weight row n
-                const float* const (&x_rows)[kRows],    // kRows rows of x, [K] each
-                std::uint32_t k_len, std::uint32_t lane, float (&acc)[kRows]) {
-  CAFLM_GEMM_UNROLL_2
-  for (std::uint32_t k0 = 0; k0 < k_len; k0 += kGemmValuesPerWarpStep) {
-    const std::uint32_t k = k0 + lane * kGemmValuesPerLane;
-    if (k < k_len) {
-      float w[8];
-      decode8<kType>(w_row, k, w);
+accumulate_lane(const std::uint8_t* const (&w_rows)[kColumns], // [row_bytes] each
+                const float* const (&x_rows)[kRows],           // [K] each
+                std::uint32_t k_len, std::uint32_t lane, float (&acc)[kColumns][kRows]) {
+  constexpr int kSteps = kGemmStepsInFlight<kRows>;
+  for (std::uint32_t k0 = 0; k0 < k_len; k0 += kSteps * kGemmValuesPerWarpStep) {
+    float w[kColumns][kSteps][8];
+    CAFLM_GEMM_UNROLL
+    for (int c = 0; c < kColumns; ++c) {
+      CAFLM_GEMM_UNROLL
+      for (int step = 0; step < kSteps; ++step) {
+        const std::uint32_t k = k0 + step * kGemmValuesPerWarpStep + lane * kGemmValuesPerLane;
+        if (k < k_len)
+          decode8<kType>(w_rows[c], k, w[c][step]);
+      }
+    }
+    CAFLM_GEMM_UNROLL
+    for (int step = 0; step < kSteps; ++step) {
+      const std::uint32_t k = k0 + step * kGemmValuesPerWarpStep + lane * kGemmValuesPerLane;
+      if (k >= k_len)
+        break;
       CAFLM_GEMM_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const float4 a = *reinterpret_cast<const float4*>(x_rows[r] + k);
         const float4 b = *reinterpret_cast<const float4*>(x_rows[r] + k + 4);
-        float s = acc[r];
-        s = fmaf(w[0], a.x, s);
-        s = fmaf(w[1], a.y, s);
-        s = fmaf(w[2], a.z, s);
-        s = fmaf(w[3], a.w, s);
-        s = fmaf(w[4], b.x, s);
-        s = fmaf(w[5], b.y, s);
-        s = fmaf(w[6], b.z, s);
-        s = fmaf(w[7], b.w, s);
-        acc[r] = s;
+        CAFLM_GEMM_UNROLL
+        for (int c = 0; c < kColumns; ++c) {
+          float s = acc[c][r];
+          s = fmaf(w[c][step][0], a.x, s);
+          s = fmaf(w[c][step][1], a.y, s);
+          s = fmaf(w[c][step][2], a.z, s);
+          s = fmaf(w[c][step][3], a.w, s);
+          s = fmaf(w[c][step][4], b.x, s);
+          s = fmaf(w[c][step][5], b.y, s);
+          s = fmaf(w[c][step][6], b.z, s);
+          s = fmaf(w[c][step][7], b.w, s);
+          acc[c][r] = s;
+        }
       }
     }
   }

@@ -26,21 +26,40 @@ namespace caflm::cuda {
 inline constexpr std::uint32_t kGemmValuesPerLane = 8;
 /// Values of K one warp covers per step (32 lanes of kGemmValuesPerLane).
 inline constexpr std::uint32_t kGemmValuesPerWarpStep = 32 * kGemmValuesPerLane;
-/// Warps per thread block; each warp computes one output column n.
-inline constexpr std::uint32_t kGemmWarpsPerBlock = 8;
 /// The largest number of rows of x one warp computes against one weight row
 /// it has read (the reuse of a weight row across rows of x).
 inline constexpr std::uint32_t kGemmMaxRowsPerTile = 16;
 
-/// How a linear layer is launched: a grid of (ceil(N / warps), ceil(m /
-/// rows_per_tile)) blocks of `threads_per_block` threads. The tile size only
-/// changes how many rows share a read of the weights, never the arithmetic of
+// How each tile size is launched. None of this changes the arithmetic of an
+// output element, only which warp computes it and when its loads are issued.
+// Chosen by timing every decode-step matrix of TinyLlama-1.1B in BF16 on an
+// H200, at m = 1 ... 256 (the variants and their times: the README's CUDA
+// section). At one row a warp streams one weight row and is bound by memory;
+// from four rows on, a warp that reads the rows of x once for several
+// columns does fewer loads of x per multiply, which is what bounds it there.
+
+/// Warps per thread block for a tile of `rows_per_tile` rows of x.
+constexpr std::uint32_t gemm_warps_per_block(std::uint32_t rows_per_tile) {
+  return rows_per_tile >= 16 ? 4 : 8;
+}
+
+/// Output columns one warp computes for a tile of `rows_per_tile` rows: it
+/// reads each value of x once for all of them.
+constexpr std::uint32_t gemm_columns_per_warp(std::uint32_t rows_per_tile) {
+  return rows_per_tile == 4 || rows_per_tile >= 16 ? 4 : rows_per_tile == 8 ? 2 : 1;
+}
+
+/// How a linear layer is launched: a grid of (ceil(N / (warps *
+/// columns_per_warp)), ceil(m / rows_per_tile)) blocks of
+/// `threads_per_block` threads. The tile shape only changes how many rows
+/// and columns share a read of the weights and of x, never the arithmetic of
 /// an output element.
 struct GemmLaunchPlan {
   std::uint32_t rows_per_tile;     // 1, 2, 4, 8 or 16
+  std::uint32_t columns_per_warp;  // gemm_columns_per_warp(rows_per_tile)
   std::uint32_t grid_x;            // blocks over N
   std::uint32_t grid_y;            // blocks over m
-  std::uint32_t threads_per_block; // 32 * kGemmWarpsPerBlock
+  std::uint32_t threads_per_block; // 32 * gemm_warps_per_block(rows_per_tile)
 };
 
 /// True for the types the GEMM decodes: F32, F16, BF16, Q4_0, Q4_1, Q5_0,

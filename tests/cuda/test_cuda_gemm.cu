@@ -76,10 +76,11 @@ std::vector<float> emulate_linear_typed(const std::vector<std::uint8_t>& weight,
       float lanes[32];
       for (std::uint32_t lane = 0; lane < 32; ++lane) {
         const float* const rows[1] = {&x[r * k]};
-        float acc[1] = {0.0f};
-        detail::accumulate_lane<kType, 1>(weight.data() + j * row_bytes, rows,
-                                          static_cast<std::uint32_t>(k), lane, acc);
-        lanes[lane] = acc[0];
+        const std::uint8_t* const columns[1] = {weight.data() + j * row_bytes};
+        float acc[1][1] = {{0.0f}};
+        detail::accumulate_lane<kType, 1, 1>(columns, rows, static_cast<std::uint32_t>(k), lane,
+                                             acc);
+        lanes[lane] = acc[0][0];
       }
       for (int offset = 16; offset > 0; offset /= 2) {
         float next[32];
@@ -238,9 +239,10 @@ bool is_k_quant(TensorType type) {
 TEST_CASE("the GEMM launch plan: tiles over m, warps over N, shapes checked") {
   const GemmLaunchPlan one = plan_gemm_launch(TensorType::Q4_K, 1, 4096, 4096);
   CHECK(one.rows_per_tile == 1);
-  CHECK(one.grid_x == 4096 / kGemmWarpsPerBlock);
+  CHECK(one.columns_per_warp == gemm_columns_per_warp(1));
+  CHECK(one.grid_x == 4096 / (gemm_warps_per_block(1) * gemm_columns_per_warp(1)));
   CHECK(one.grid_y == 1);
-  CHECK(one.threads_per_block == 32 * kGemmWarpsPerBlock);
+  CHECK(one.threads_per_block == 32 * gemm_warps_per_block(1));
 
   CHECK(plan_gemm_launch(TensorType::F32, 2, 8, 8).rows_per_tile == 2);
   CHECK(plan_gemm_launch(TensorType::F32, 3, 8, 8).rows_per_tile == 4);
@@ -248,7 +250,11 @@ TEST_CASE("the GEMM launch plan: tiles over m, warps over N, shapes checked") {
   const GemmLaunchPlan many = plan_gemm_launch(TensorType::Q8_0, 129, 37, 576);
   CHECK(many.rows_per_tile == kGemmMaxRowsPerTile);
   CHECK(many.grid_y == (129 + kGemmMaxRowsPerTile - 1) / kGemmMaxRowsPerTile);
-  CHECK(many.grid_x == (37 + kGemmWarpsPerBlock - 1) / kGemmWarpsPerBlock);
+  const std::uint32_t columns_per_block =
+      gemm_warps_per_block(kGemmMaxRowsPerTile) * gemm_columns_per_warp(kGemmMaxRowsPerTile);
+  CHECK(many.columns_per_warp == gemm_columns_per_warp(kGemmMaxRowsPerTile));
+  CHECK(many.grid_x == (37 + columns_per_block - 1) / columns_per_block);
+  CHECK(many.threads_per_block == 32 * gemm_warps_per_block(kGemmMaxRowsPerTile));
   CHECK(plan_gemm_launch(TensorType::F16, 0, 8, 8).grid_y == 0);
 
   for (TensorType type : kWeightTypes)
