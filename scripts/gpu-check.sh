@@ -2,8 +2,19 @@
 # Checks caflm's CUDA backend on a machine with an NVIDIA GPU (written for one
 # H200), offline, in about 8 minutes at most, from the repository root:
 #
-#   scripts/gpu-check.sh               # build, GPU tests, 1.1B BF16 bench, summary
-#   scripts/gpu-check.sh --build-only  # configure and build only
+#   scripts/gpu-check.sh                  # build, GPU tests, 1.1B BF16 bench, summary
+#   scripts/gpu-check.sh --build-only     # configure and build only
+#   scripts/gpu-check.sh --pack FILE      # build, then pack what a GPU machine runs
+#   scripts/gpu-check.sh --prebuilt FILE  # on the GPU machine: tests and bench of a pack
+#
+# --pack and --prebuilt are for a GPU machine without caflm's Debian
+# libraries or compiler (as this project's lent H200 is): --pack builds here
+# and writes FILE, a .tar.xz of the caflm command, the GPU tests, every
+# shared library they link but the C library's own and the driver (the C++
+# runtime apart, used only where the machine's own is older), and the test
+# data; --prebuilt FILE unpacks it and runs steps (b) to (f) below with no
+# build, naming the test data and binary to the tests by CAFLM_TESTDATA_DIR
+# and CAFLM_BINARY.
 #
 # (a) configures a Release build with CUDA in build-gpu (reused when run
 #     again) and builds the caflm command and every test registered in
@@ -155,13 +166,41 @@ judge_bench() {
     }' >>"$summary_file"
 }
 
+# Writes the pack of --pack (see the top) to $1 from build $2, tests $4...,
+# test data $3 (may be empty).
+write_pack() {
+  local file=$1 build=$2 testdata=$3 stage="$work/pack" lib name
+  shift 3
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback" "$stage/testdata"
+  cp "$build/apps/caflm" "$stage/bin/"
+  for name in "$@"; do cp "$build/tests/cuda/$name" "$stage/bin/"; done
+  if command -v strip >/dev/null; then strip --strip-unneeded "$stage"/bin/*; fi
+  while read -r lib; do
+    case "$(basename "$lib")" in
+      ld-linux* | libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | libgcc_s.so* | libcuda.so*) ;;
+      libstdc++.so*) cp -L "$lib" "$stage/fallback/" ;;
+      *) cp -L "$lib" "$stage/lib/" ;;
+    esac
+  done < <(ldd "$stage"/bin/* | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u)
+  if [[ -n $testdata ]]; then cp -r "$testdata/models" "$testdata/vocab" "$stage/testdata/"; fi
+  mkdir -p "$(dirname "$file")"
+  tar -C "$stage" -cJf "$file" .
+}
+
 main() {
-  local build_only=0
+  local build_only=0 pack_file="" prebuilt_file=""
   case "${1:-}" in
     "") ;;
     --build-only) build_only=1 ;;
+    --pack | --prebuilt)
+      if [[ -z ${2:-} ]]; then
+        echo "usage: $0 $1 FILE" >&2
+        exit 2
+      fi
+      [[ $1 == --pack ]] && pack_file=$2 || prebuilt_file=$2
+      ;;
     *)
-      echo "usage: $0 [--build-only]" >&2
+      echo "usage: $0 [--build-only | --pack FILE | --prebuilt FILE]" >&2
       exit 2
       ;;
   esac
@@ -186,6 +225,8 @@ main() {
   local jobs="${CAFLM_JOBS:-$(nproc)}"
   local bandwidth="${CAFLM_HBM_BYTES_PER_S:-4.8e12}"
   deadline=$((SECONDS + ${CAFLM_GPU_CHECK_BUDGET_S:-470}))
+  # Packing builds on a development machine, where the build may take long.
+  [[ -n $pack_file ]] && deadline=$((SECONDS + 7200))
 
   local work
   work="$(mktemp -d "${TMPDIR:-/tmp}/caflm-gpu-check.XXXXXX")"
@@ -201,6 +242,7 @@ main() {
     print_summary
     local what="GPU check"
     ((build_only)) && what="GPU check (--build-only)"
+    [[ -n $pack_file ]] && what="GPU check (--pack)"
     if ((failed)); then
       echo "$what: FAILED"
       exit 1
@@ -209,88 +251,129 @@ main() {
     exit 0
   }
 
-  # -- tools -----------------------------------------------------------------
-  local missing=() nvcc=""
-  command -v cmake >/dev/null || missing+=(cmake)
-  command -v ninja >/dev/null || missing+=(ninja)
-  command -v c++ >/dev/null || command -v g++ >/dev/null || missing+=("a C++ compiler (c++/g++)")
-  if command -v nvcc >/dev/null; then
-    nvcc="$(command -v nvcc)"
-  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then
-    nvcc=/usr/local/cuda/bin/nvcc
+  local tests=() caflm="" t status
+  if [[ -n $prebuilt_file ]]; then
+    # -- (a) the pack: no build ------------------------------------------------------
+    local pack="$work/pack"
+    mkdir -p "$pack"
+    if ! tar -C "$pack" -xJf "$prebuilt_file" 2>"$work/unpack.log"; then
+      cat "$work/unpack.log"
+      add_row "pack" "cannot unpack $prebuilt_file" "unpacks" FAIL
+      failed=1
+      finish
+    fi
+    caflm="$pack/bin/caflm"
+    export LD_LIBRARY_PATH="$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if ! "$caflm" --help >/dev/null 2>&1; then
+      LD_LIBRARY_PATH+=":$pack/fallback" # the machine's C++ runtime is older
+    fi
+    if ! "$caflm" --help >/dev/null 2>"$work/start.log"; then
+      cat "$work/start.log"
+      add_row "pack" "caflm does not start here" "starts" FAIL
+      failed=1
+      finish
+    fi
+    testdata="$pack/testdata"
+    [[ -d $testdata/models ]] || testdata=""
+    export CAFLM_TESTDATA_DIR="$testdata" CAFLM_BINARY="$caflm"
+    local name
+    for name in "$pack"/bin/test_cuda_*; do
+      [[ -e $name ]] && tests+=("$(basename "$name")")
+    done
+    add_row "pack" "$prebuilt_file: ${#tests[@]} GPU tests" "unpacks, starts" PASS
   else
-    missing+=("nvcc (CUDA toolkit: PATH or /usr/local/cuda/bin)")
-  fi
-  if ((${#missing[@]})); then
-    log "missing: ${missing[*]} (this script installs nothing; no network assumed)"
-    add_row "tools" "missing: ${missing[*]}" "cmake, ninja, c++, nvcc" FAIL
-    failed=1
-    finish
-  fi
-  log "tools: $(cmake --version | head -n 1), ninja $(ninja --version), nvcc $("$nvcc" --version | sed -n 's/.*release \([^,]*\).*/\1/p')"
+    # -- tools -----------------------------------------------------------------
+    local missing=() nvcc=""
+    command -v cmake >/dev/null || missing+=(cmake)
+    command -v ninja >/dev/null || missing+=(ninja)
+    command -v c++ >/dev/null || command -v g++ >/dev/null || missing+=("a C++ compiler (c++/g++)")
+    if command -v nvcc >/dev/null; then
+      nvcc="$(command -v nvcc)"
+    elif [[ -x /usr/local/cuda/bin/nvcc ]]; then
+      nvcc=/usr/local/cuda/bin/nvcc
+    else
+      missing+=("nvcc (CUDA toolkit: PATH or /usr/local/cuda/bin)")
+    fi
+    if ((${#missing[@]})); then
+      log "missing: ${missing[*]} (this script installs nothing; no network assumed)"
+      add_row "tools" "missing: ${missing[*]}" "cmake, ninja, c++, nvcc" FAIL
+      failed=1
+      finish
+    fi
+    log "tools: $(cmake --version | head -n 1), ninja $(ninja --version), nvcc $("$nvcc" --version | sed -n 's/.*release \([^,]*\).*/\1/p')"
 
-  # -- (a) configure and build --------------------------------------------------
-  local launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  if [[ -n $testdata ]]; then
-    log "test data: $testdata"
-  else
-    log "warning: no test data (../shared/testdata, shared/testdata or CAFLM_TESTDATA_DIR):" \
-      "tests that read it fail, and the model gets a small vocabulary"
-  fi
-  local t status
-  t=$(step_timeout 120 300)
-  log "configure $build (Release, timeout ${t}s)"
-  if ! timeout "$t" cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    "${launcher[@]}" "${testdata_arg[@]}" >"$work/configure.log" 2>&1; then
-    tail -n 30 "$work/configure.log"
-    grep -E "Could NOT find|Could not find" "$work/configure.log" | sed 's/^/  missing? /' || true
-    add_row "configure" "cmake failed (see above)" "configures" FAIL
-    failed=1
-    finish
-  fi
-  grep -E '^-- caflm:' "$work/configure.log" || true
-  if ! grep -q 'caflm: CUDA backend on' "$work/configure.log"; then
-    add_row "configure" "$(grep -o 'CUDA backend off.*' "$work/configure.log" | head -n 1)" "CUDA backend on" FAIL
-    failed=1
-    finish
-  fi
-  add_row "configure" "CUDA backend on, architectures $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")" "CUDA backend on" PASS
+    # -- (a) configure and build --------------------------------------------------
+    local launcher=()
+    command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    if [[ -n $testdata ]]; then
+      log "test data: $testdata"
+    else
+      log "warning: no test data (../shared/testdata, shared/testdata or CAFLM_TESTDATA_DIR):" \
+        "tests that read it fail, and the model gets a small vocabulary"
+    fi
+    t=$(step_timeout 120 300)
+    log "configure $build (Release, timeout ${t}s)"
+    if ! timeout "$t" cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      "${launcher[@]}" "${testdata_arg[@]}" >"$work/configure.log" 2>&1; then
+      tail -n 30 "$work/configure.log"
+      grep -E "Could NOT find|Could not find" "$work/configure.log" | sed 's/^/  missing? /' || true
+      add_row "configure" "cmake failed (see above)" "configures" FAIL
+      failed=1
+      finish
+    fi
+    grep -E '^-- caflm:' "$work/configure.log" || true
+    if ! grep -q 'caflm: CUDA backend on' "$work/configure.log"; then
+      add_row "configure" "$(grep -o 'CUDA backend off.*' "$work/configure.log" | head -n 1)" "CUDA backend on" FAIL
+      failed=1
+      finish
+    fi
+    add_row "configure" "CUDA backend on, architectures $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")" "CUDA backend on" PASS
 
-  local tests=()
-  mapfile -t tests < <(ctest --test-dir "$build" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p')
-  if ((${#tests[@]} == 0)); then # a tree without the label: tests/cuda's names
-    mapfile -t tests < <(ctest --test-dir "$build" -N -R '^test_cuda_' | sed -n 's/^ *Test *#[0-9]*: *//p')
-  fi
-  log "GPU tests registered: ${tests[*]:-none}"
+    mapfile -t tests < <(ctest --test-dir "$build" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p')
+    if ((${#tests[@]} == 0)); then # a tree without the label: tests/cuda's names
+      mapfile -t tests < <(ctest --test-dir "$build" -N -R '^test_cuda_' | sed -n 's/^ *Test *#[0-9]*: *//p')
+    fi
+    log "GPU tests registered: ${tests[*]:-none}"
 
-  t=$(step_timeout 3600 120)
-  log "build caflm and ${#tests[@]} GPU tests, -j$jobs (timeout ${t}s)"
-  local build_start=$SECONDS
-  status=0
-  timeout "$t" cmake --build "$build" -j "$jobs" --target caflm "${tests[@]}" >"$work/build.log" 2>&1 ||
-    status=$?
-  if ((status != 0)); then
-    # The first failing commands' messages (ninja stops after the first).
-    grep -E '^FAILED:|error:|undefined reference|ninja: build stopped' "$work/build.log" | cut -c 1-300 |
-      head -n 40 || true
-    tail -n 5 "$work/build.log"
-    add_row "build" "$( ((status == 124)) && echo "timed out" || echo failed) after $((SECONDS - build_start)) s" \
-      "builds" FAIL
-    failed=1
-    finish
-  fi
-  add_row "build" "$((SECONDS - build_start)) s" "builds" PASS
-  log "build done in $((SECONDS - build_start)) s"
-  if ((build_only)); then
-    finish
+    t=$(step_timeout 3600 120)
+    log "build caflm and ${#tests[@]} GPU tests, -j$jobs (timeout ${t}s)"
+    local build_start=$SECONDS
+    status=0
+    timeout "$t" cmake --build "$build" -j "$jobs" --target caflm "${tests[@]}" >"$work/build.log" 2>&1 ||
+      status=$?
+    if ((status != 0)); then
+      # The first failing commands' messages (ninja stops after the first).
+      grep -E '^FAILED:|error:|undefined reference|ninja: build stopped' "$work/build.log" | cut -c 1-300 |
+        head -n 40 || true
+      tail -n 5 "$work/build.log"
+      add_row "build" "$( ((status == 124)) && echo "timed out" || echo failed) after $((SECONDS - build_start)) s" \
+        "builds" FAIL
+      failed=1
+      finish
+    fi
+    add_row "build" "$((SECONDS - build_start)) s" "builds" PASS
+    log "build done in $((SECONDS - build_start)) s"
+    if [[ -n $pack_file ]]; then
+      log "pack $pack_file"
+      if write_pack "$pack_file" "$build" "$testdata" "${tests[@]}" >"$work/pack.log" 2>&1; then
+        add_row "pack" "$pack_file, $(($(stat -c %s "$pack_file") / 1000000)) MB" "written" PASS
+      else
+        tail -n 20 "$work/pack.log"
+        add_row "pack" "failed" "written" FAIL
+        failed=1
+      fi
+      finish
+    fi
+    if ((build_only)); then
+      finish
+    fi
+    caflm="$build/apps/caflm"
   fi
   if ((${#tests[@]} == 0)); then
     add_row "GPU tests" "none registered" ">= 1" FAIL
     failed=1
   fi
 
-  local caflm="$build/apps/caflm"
   local model="$work/tinyllama-1.1b-bf16.gguf"
   local vocab_args=() vocab_note="make-test-model's built-in vocab, not 32000 tokens"
   if [[ -n $testdata && -f $testdata/vocab/ggml-vocab-llama-spm.gguf ]]; then
@@ -328,10 +411,15 @@ main() {
       failed=1
       continue
     fi
-    timeout "$t" ctest --test-dir "$build" -R "^${name}\$" -V --timeout "$t" >"$out" 2>&1 || status=$?
+    if [[ -n $prebuilt_file ]]; then
+      timeout "$t" "$work/pack/bin/$name" >"$out" 2>&1 || status=$?
+    else
+      timeout "$t" ctest --test-dir "$build" -R "^${name}\$" -V --timeout "$t" >"$out" 2>&1 || status=$?
+    fi
     skip_reason="$(first_skip_reason "$out")"
     [[ -n $skip_reason && -z $first_skip ]] && first_skip="$skip_reason"
-    if ((status != 0)) || ! grep -q '100% tests passed' "$out"; then
+    # ctest's verdict line, or (a pack's test run directly) the exit status alone.
+    if ((status != 0)) || { [[ -z $prebuilt_file ]] && ! grep -q '100% tests passed' "$out"; }; then
       grep -v '^[0-9]*: *$' "$out" | tail -n 40
       add_row "$name" "fail" "pass, no skip" FAIL
       failed=1

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,15 @@
   } while (false)
 
 namespace caflm::testing {
+
+/// The path in environment variable `name` when it is set and not empty,
+/// else `built_in` (the build tree's path, compiled in). scripts/gpu-check.sh
+/// --prebuilt runs the GPU tests on a machine where the build's paths do not
+/// exist and names the test data and the caflm binary this way.
+inline std::string path_from_env(const char* name, const char* built_in) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : built_in;
+}
 
 /// `count` T of device memory, freed with this object.
 template <typename T>

@@ -90,8 +90,8 @@ const std::string& model_path() {
 /// A worker whose engine runs on the GPU. Starting one initializes CUDA and
 /// uploads the weights: allow more than a CPU worker's startup.
 WorkerProcess start_gpu_worker() {
-  return WorkerProcess(CAFLM_BINARY, model_path(), 0, 60s,
-                       {"--device", "cuda", "--gpu-memory", kWorkerGpuMemoryMib});
+  return WorkerProcess(caflm::testing::path_from_env("CAFLM_BINARY", CAFLM_BINARY), model_path(), 0,
+                       60s, {"--device", "cuda", "--gpu-memory", kWorkerGpuMemoryMib});
 }
 
 /// An actor system that speaks caflm's messages and logs nothing.

@@ -47,6 +47,7 @@
 using namespace caflm;
 using caflm::cuda::CudaModelRunner;
 using caflm::cuda::CudaRunnerOptions;
+using caflm::testing::path_from_env;
 using caflm::testing::random_tokens;
 
 namespace {
@@ -512,8 +513,9 @@ TEST_CASE("quantized models: the GPU's logits match the CPU runner over the same
 TEST_CASE("the tiny reference model through make_cuda_engine greedily generates llama.cpp's "
           "tokens") {
   CAFLM_REQUIRE_GPU();
-  auto model = Model::load(CAFLM_TESTDATA_DIR "/models/tiny-llama-f32.gguf");
-  std::ifstream in(CAFLM_TESTDATA_DIR "/models/tiny-llama-f32.expected.json");
+  const std::string testdata = path_from_env("CAFLM_TESTDATA_DIR", CAFLM_TESTDATA_DIR);
+  auto model = Model::load(testdata + "/models/tiny-llama-f32.gguf");
+  std::ifstream in(testdata + "/models/tiny-llama-f32.expected.json");
   REQUIRE(in.good());
   const nlohmann::json cases = nlohmann::json::parse(in)["cases"];
   REQUIRE(cases.size() > 0);
