@@ -494,25 +494,31 @@ main() {
   fi
   touch "$work/bench.out"
 
-  # Whether decode graphs pay: B=1 and B=32 again with CAFLM_CUDA_GRAPHS=0,
-  # a row each (informational: what graphs pay at these sizes).
-  t=$(step_timeout 90 0)
-  if ((status == 0 && t > 0)); then
-    log "bench without CUDA graphs, B=1,32 (timeout ${t}s)"
-    if CAFLM_CUDA_GRAPHS=0 timeout "$t" "$caflm" bench --device cuda --model "$model" \
+  # What the launch options pay: B=1 and B=32 again with decode graphs off
+  # (CAFLM_CUDA_GRAPHS=0) and with programmatic launches on (CAFLM_CUDA_PDL=1),
+  # a row each against the default run (informational).
+  local variant setting label with other b
+  for variant in graphs pdl; do
+    t=$(step_timeout 90 0)
+    ((status == 0 && t > 0)) || continue
+    if [[ $variant == graphs ]]; then
+      setting=CAFLM_CUDA_GRAPHS=0 label="graphs on / off"
+    else
+      setting=CAFLM_CUDA_PDL=1 label="programmatic launches off / on"
+    fi
+    log "bench with $setting, B=1,32 (timeout ${t}s)"
+    if env "$setting" timeout "$t" "$caflm" bench --device cuda --model "$model" \
       --prompt-tokens "$PROMPT_TOKENS" --gen-tokens "$GEN_TOKENS" --concurrency 1,32 --json \
-      >"$work/bench_nographs.out" 2>"$work/bench_nographs.err"; then
-      local with without b
+      >"$work/bench_$variant.out" 2>"$work/bench_$variant.err"; then
       for b in 1 32; do
         with=$(bench_rows "$work/bench.out" | awk -v b="$b" '$1 == b { print $3 }')
-        without=$(bench_rows "$work/bench_nographs.out" | awk -v b="$b" '$1 == b { print $3 }')
-        add_row "decode B=$b graphs on / off" "${with:-none} / ${without:-none} tok/s" \
-          "informational" INFO
+        other=$(bench_rows "$work/bench_$variant.out" | awk -v b="$b" '$1 == b { print $3 }')
+        add_row "decode B=$b $label" "${with:-none} / ${other:-none} tok/s" "informational" INFO
       done
     else
-      add_row "bench without graphs" "failed or timed out" "informational" INFO
+      add_row "bench with $setting" "failed or timed out" "informational" INFO
     fi
-  fi
+  done
 
   # -- (e), (f) ---------------------------------------------------------------------------
   judge_bench "$work/bench.out" "$work/inspect.json" "$bandwidth"

@@ -17,6 +17,7 @@
 #include "caflm/cuda/elementwise_kernels.cuh"
 #include "caflm/cuda/gemm_kernels.cuh"
 #include "caflm/cuda/paged_attention.cuh"
+#include "caflm/cuda/programmatic_launch.cuh"
 #include "caflm/cuda/weight_upload.hpp"
 #include "caflm/model/model_weights.hpp"
 
@@ -434,6 +435,9 @@ void CudaModelRunner::Impl::enqueue_forward(const DeviceRaggedStep& step, std::u
   const auto* positions = reinterpret_cast<const std::int32_t*>(step.positions);
   const std::uint64_t dim = config.dim, q_dim = config.q_dim(), kv_dim = config.kv_dim();
   const std::uint64_t ffn = config.ffn_dim;
+  // Every kernel of the forward pass but the first may start while the one
+  // before it ends (programmatic_launch.cuh).
+  const bool programmatic = options.programmatic_launch && programmatic_launch_supported();
   float* xs = x.as<float>();
   float* hs = h.as<float>();
   float* qs = q.as<float>();
@@ -448,39 +452,39 @@ void CudaModelRunner::Impl::enqueue_forward(const DeviceRaggedStep& step, std::u
   for (std::uint32_t layer = 0; layer < config.n_layers; ++layer) {
     const DeviceLayer& w = layers[layer];
     // Attention block: x += wo · attention(rope(q), rope(k), v).
-    launch_rms_norm(xs, m, dim, w.attn_norm, config.rms_eps, hs, stream);
-    launch_linear(w.wq, hs, dim, m, w.bq, qs, q_dim, stream);
-    launch_linear(w.wk, hs, dim, m, w.bk, ks, kv_dim, stream);
-    launch_linear(w.wv, hs, dim, m, w.bv, vs, kv_dim, stream);
+    launch_rms_norm(xs, m, dim, w.attn_norm, config.rms_eps, hs, stream, programmatic);
+    launch_linear(w.wq, hs, dim, m, w.bq, qs, q_dim, stream, programmatic);
+    launch_linear(w.wk, hs, dim, m, w.bk, ks, kv_dim, stream, programmatic);
+    launch_linear(w.wv, hs, dim, m, w.bv, vs, kv_dim, stream, programmatic);
     if (config.qk_norm) {
       launch_head_rms_norm(qs, m, config.n_heads, config.head_dim, w.q_norm, config.rms_eps, qs,
-                           stream);
+                           stream, programmatic);
       launch_head_rms_norm(ks, m, config.n_kv_heads, config.head_dim, w.k_norm, config.rms_eps, ks,
-                           stream);
+                           stream, programmatic);
     }
-    launch_rope(qs, m, config.n_heads, positions, rope, stream);
-    launch_rope(ks, m, config.n_kv_heads, positions, rope, stream);
+    launch_rope(qs, m, config.n_heads, positions, rope, stream, programmatic);
+    launch_rope(ks, m, config.n_kv_heads, positions, rope, stream, programmatic);
     float* layer_keys = key_cache.as<float>() + layer * allocated.layer_floats();
     float* layer_values = value_cache.as<float>() + layer * allocated.layer_floats();
-    launch_store_kv(ks, vs, layer_keys, layer_values, step, allocated, stream);
+    launch_store_kv(ks, vs, layer_keys, layer_values, step, allocated, stream, programmatic);
     launch_paged_attention(qs, layer_keys, layer_values, as, config.n_heads, step, allocated,
-                           stream);
-    launch_linear(w.wo, as, q_dim, m, w.bo, hs, dim, stream);
-    launch_residual_add(xs, hs, m * dim, xs, stream);
+                           stream, programmatic);
+    launch_linear(w.wo, as, q_dim, m, w.bo, hs, dim, stream, programmatic);
+    launch_residual_add(xs, hs, m * dim, xs, stream, programmatic);
     // Feed-forward block: x += w_down · (silu(w_gate · h) * (w_up · h)).
-    launch_rms_norm(xs, m, dim, w.ffn_norm, config.rms_eps, hs, stream);
-    launch_linear(w.w_gate, hs, dim, m, w.b_gate, gs, ffn, stream);
-    launch_linear(w.w_up, hs, dim, m, w.b_up, us, ffn, stream);
-    launch_silu_mul(gs, us, m, ffn, gs, stream);
-    launch_linear(w.w_down, gs, ffn, m, w.b_down, hs, dim, stream);
-    launch_residual_add(xs, hs, m * dim, xs, stream);
+    launch_rms_norm(xs, m, dim, w.ffn_norm, config.rms_eps, hs, stream, programmatic);
+    launch_linear(w.w_gate, hs, dim, m, w.b_gate, gs, ffn, stream, programmatic);
+    launch_linear(w.w_up, hs, dim, m, w.b_up, us, ffn, stream, programmatic);
+    launch_silu_mul(gs, us, m, ffn, gs, stream, programmatic);
+    launch_linear(w.w_down, gs, ffn, m, w.b_down, hs, dim, stream, programmatic);
+    launch_residual_add(xs, hs, m * dim, xs, stream, programmatic);
   }
   // Logits only for the rows asked for: each item's last token.
-  launch_gather_rows(xs, last_rows, n_logit_rows, dim, last.as<float>(), stream);
+  launch_gather_rows(xs, last_rows, n_logit_rows, dim, last.as<float>(), stream, programmatic);
   launch_rms_norm(last.as<float>(), n_logit_rows, dim, output_norm, config.rms_eps,
-                  last.as<float>(), stream);
+                  last.as<float>(), stream, programmatic);
   launch_linear(output, last.as<float>(), dim, n_logit_rows, nullptr, logits.as<float>(),
-                config.vocab_size, stream);
+                config.vocab_size, stream, programmatic);
 }
 
 void CudaModelRunner::Impl::launch_decode_graph(const DeviceRaggedStep& step,

@@ -31,6 +31,12 @@ struct CudaRunnerOptions {
   std::uint32_t max_kv_blocks = 0;
   /// Capture decode steps as CUDA graphs by batch-size bucket.
   bool cuda_graphs = true;
+  /// Launch the forward pass's kernels programmatically where the device can
+  /// (programmatic_launch.cuh): each may start while the one before it ends,
+  /// and the linear layers' weights stream in meanwhile. Off by default until
+  /// its speed is measured: its correctness is tested on an H200, its gain
+  /// is not yet.
+  bool programmatic_launch = false;
 };
 
 /// Counters of what a runner did, for tests and benchmarks.

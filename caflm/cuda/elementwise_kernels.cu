@@ -2,6 +2,7 @@
 
 #include "caflm/cuda/cuda_check.hpp"
 #include "caflm/cuda/gemm_kernels.cuh"
+#include "caflm/cuda/programmatic_launch.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -47,6 +48,8 @@ __global__ void rms_norm_kernel(const float* x /* [rows, d] */, std::size_t d,
                                 const float* __restrict__ weight /* [d] */, float eps,
                                 float* out /* [rows, d] */) {
   extern __shared__ float partial[]; // [blockDim.x]
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start(); // a linear layer's weights may stream in
   const std::size_t row = blockIdx.x;
   const float* xr = x + row * d;
   float* yr = out + row * d;
@@ -71,7 +74,8 @@ __global__ void rms_norm_kernel(const float* x /* [rows, d] */, std::size_t d,
 }
 
 void launch_rms_norm_rows(const char* name, const float* x, std::size_t rows, std::size_t d,
-                          const float* weight, float eps, float* out, cudaStream_t stream) {
+                          const float* weight, float eps, float* out, cudaStream_t stream,
+                          bool programmatic) {
   if (d == 0) {
     throw std::invalid_argument(std::string(name) + ": rows of 0 values");
   }
@@ -82,9 +86,8 @@ void launch_rms_norm_rows(const char* name, const float* x, std::size_t rows, st
   const int threads = rms_norm_threads(d);
   // `out` may alias `x` (not __restrict__ there): each element is read and
   // written by one thread, the writes after the whole row's sum.
-  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, threads * sizeof(float), stream>>>(
-      x, d, weight, eps, out);
-  CAFLM_CUDA_CHECK_LAUNCH(rms_norm_kernel);
+  launch_kernel(rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads),
+                threads * sizeof(float), stream, programmatic, x, d, weight, eps, out);
 }
 
 // -- RoPE -----------------------------------------------------------------------
@@ -97,6 +100,8 @@ __global__ void rope_kernel(float* __restrict__ x /* [m, n_heads, head_dim] */, 
                             const std::int32_t* __restrict__ positions /* [m] */, float theta_scale,
                             const float* __restrict__ freq_factors /* [d/2] */, float freq_scale,
                             float attn_factor, bool neox) {
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start();
   const std::size_t half = head_dim / 2;
   const std::size_t total = m * n_heads * half;
   for (std::size_t index = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
@@ -127,6 +132,8 @@ __global__ void rope_kernel(float* __restrict__ x /* [m, n_heads, head_dim] */, 
 
 __global__ void silu_mul_kernel(const float* gate /* [n] */, const float* up /* [n] */,
                                 std::size_t n, float* out /* [n] */) {
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start(); // the down projection's weights may stream in
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
@@ -145,6 +152,8 @@ __global__ void add_bias_kernel(float* __restrict__ x /* [m, n] */, std::size_t 
 
 __global__ void residual_add_kernel(const float* a /* [n] */, const float* b /* [n] */,
                                     std::size_t n, float* out /* [n] */) {
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start();
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     out[i] = a[i] + b[i];
@@ -237,6 +246,8 @@ __global__ void gather_rows_kernel(const float* __restrict__ x /* [*, d] */,
                                    const std::uint32_t* __restrict__ rows /* [n_rows] */,
                                    std::size_t n_rows, std::size_t d,
                                    float* __restrict__ out /* [n_rows, d] */) {
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start();
   const std::size_t total = n_rows * d;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
@@ -282,14 +293,16 @@ int rms_norm_threads(std::size_t d) {
 }
 
 void launch_rms_norm(const float* x, std::size_t m, std::size_t d, const float* weight, float eps,
-                     float* out, cudaStream_t stream) {
-  launch_rms_norm_rows("launch_rms_norm", x, m, d, weight, eps, out, stream);
+                     float* out, cudaStream_t stream, bool programmatic) {
+  launch_rms_norm_rows("launch_rms_norm", x, m, d, weight, eps, out, stream, programmatic);
 }
 
 void launch_head_rms_norm(const float* x, std::size_t m, std::size_t n_heads, std::size_t head_dim,
-                          const float* weight, float eps, float* out, cudaStream_t stream) {
+                          const float* weight, float eps, float* out, cudaStream_t stream,
+                          bool programmatic) {
   // Heads are contiguous rows of head_dim values: the same kernel, more rows.
-  launch_rms_norm_rows("launch_head_rms_norm", x, m * n_heads, head_dim, weight, eps, out, stream);
+  launch_rms_norm_rows("launch_head_rms_norm", x, m * n_heads, head_dim, weight, eps, out, stream,
+                       programmatic);
 }
 
 float rope_theta_scale(float freq_base, std::size_t head_dim) {
@@ -297,7 +310,7 @@ float rope_theta_scale(float freq_base, std::size_t head_dim) {
 }
 
 void launch_rope(float* x, std::size_t m, std::size_t n_heads, const std::int32_t* positions,
-                 const CudaRopeConfig& config, cudaStream_t stream) {
+                 const CudaRopeConfig& config, cudaStream_t stream, bool programmatic) {
   const std::size_t d = config.head_dim;
   if (d == 0 || d % 2 != 0) {
     throw std::invalid_argument("launch_rope: head_dim " + std::to_string(d) +
@@ -307,20 +320,20 @@ void launch_rope(float* x, std::size_t m, std::size_t n_heads, const std::int32_
   if (total == 0) {
     return;
   }
-  rope_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(
-      x, m, n_heads, d, positions, rope_theta_scale(config.freq_base, d), config.freq_factors,
-      config.freq_scale, config.attn_factor, config.mode == RopeMode::NeoX);
-  CAFLM_CUDA_CHECK_LAUNCH(rope_kernel);
+  launch_kernel(rope_kernel, dim3(elementwise_blocks(total)), dim3(kElementwiseThreads), 0, stream,
+                programmatic, x, m, n_heads, d, positions, rope_theta_scale(config.freq_base, d),
+                config.freq_factors, config.freq_scale, config.attn_factor,
+                config.mode == RopeMode::NeoX);
 }
 
 void launch_silu_mul(const float* gate, const float* up, std::size_t m, std::size_t f, float* out,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool programmatic) {
   const std::size_t n = m * f;
   if (n == 0) {
     return;
   }
-  silu_mul_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(gate, up, n, out);
-  CAFLM_CUDA_CHECK_LAUNCH(silu_mul_kernel);
+  launch_kernel(silu_mul_kernel, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0, stream,
+                programmatic, gate, up, n, out);
 }
 
 void launch_add_bias(float* x, std::size_t m, std::size_t n, const float* bias,
@@ -334,12 +347,12 @@ void launch_add_bias(float* x, std::size_t m, std::size_t n, const float* bias,
 }
 
 void launch_residual_add(const float* a, const float* b, std::size_t n, float* out,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, bool programmatic) {
   if (n == 0) {
     return;
   }
-  residual_add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(a, b, n, out);
-  CAFLM_CUDA_CHECK_LAUNCH(residual_add_kernel);
+  launch_kernel(residual_add_kernel, dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0,
+                stream, programmatic, a, b, n, out);
 }
 
 bool embedding_gather_supports(TensorType type) {
@@ -348,13 +361,12 @@ bool embedding_gather_supports(TensorType type) {
 }
 
 void launch_gather_rows(const float* x, const std::uint32_t* rows, std::size_t n_rows,
-                        std::size_t d, float* out, cudaStream_t stream) {
+                        std::size_t d, float* out, cudaStream_t stream, bool programmatic) {
   const std::size_t total = n_rows * d;
   if (total == 0)
     return;
-  gather_rows_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(x, rows, n_rows,
-                                                                                    d, out);
-  CAFLM_CUDA_CHECK_LAUNCH(gather_rows_kernel);
+  launch_kernel(gather_rows_kernel, dim3(elementwise_blocks(total)), dim3(kElementwiseThreads), 0,
+                stream, programmatic, x, rows, n_rows, d, out);
 }
 
 void launch_embedding_gather(const void* table, TensorType type, std::uint64_t rows,

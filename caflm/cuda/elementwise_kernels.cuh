@@ -15,7 +15,11 @@
 //
 // Every pointer is device memory. Every launcher enqueues its kernel on
 // `stream` and returns at once; it throws std::invalid_argument for bad
-// shapes and std::runtime_error when the launch fails.
+// shapes and std::runtime_error when the launch fails. Those taking
+// `programmatic` launch their kernel programmatically when it is true (a
+// device of compute capability 9.0 or later only): it may start while the
+// kernel before it ends, and waits for it before touching memory
+// (programmatic_launch.cuh).
 //
 // Batch invariance: a row's result depends only on that row's inputs. The
 // per-row reductions (RMSNorm) run in one block per row whose size depends
@@ -33,14 +37,15 @@ int rms_norm_threads(std::size_t d);
 /// one block per row. `out` may equal `x`.
 void launch_rms_norm(const float* x /* [m, d] */, std::size_t m, std::size_t d,
                      const float* weight /* [d] */, float eps, float* out /* [m, d] */,
-                     cudaStream_t stream);
+                     cudaStream_t stream, bool programmatic = false);
 
 /// RMSNorm of every head on its own with one weight shared by all heads
 /// (qwen3's q_norm/k_norm). `out` may equal `x`.
 void launch_head_rms_norm(const float* x /* [m, n_heads, head_dim] */, std::size_t m,
                           std::size_t n_heads, std::size_t head_dim,
                           const float* weight /* [head_dim] */, float eps,
-                          float* out /* [m, n_heads, head_dim] */, cudaStream_t stream);
+                          float* out /* [m, n_heads, head_dim] */, cudaStream_t stream,
+                          bool programmatic = false);
 
 /// Rotary position embedding parameters, from the model's metadata (as
 /// cpu/cpu_kernels.hpp's RopeConfig; `freq_factors` is device memory).
@@ -65,12 +70,13 @@ float rope_theta_scale(float freq_base, std::size_t head_dim);
 /// in NeoX mode. Call it once for q and once for k.
 void launch_rope(float* x /* [m, n_heads, head_dim] */, std::size_t m, std::size_t n_heads,
                  const std::int32_t* positions /* [m] */, const CudaRopeConfig& config,
-                 cudaStream_t stream);
+                 cudaStream_t stream, bool programmatic = false);
 
 /// SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). `out` may
 /// equal `gate` or `up`.
 void launch_silu_mul(const float* gate /* [m, f] */, const float* up /* [m, f] */, std::size_t m,
-                     std::size_t f, float* out /* [m, f] */, cudaStream_t stream);
+                     std::size_t f, float* out /* [m, f] */, cudaStream_t stream,
+                     bool programmatic = false);
 
 /// x[row, j] += bias[j] for every row.
 void launch_add_bias(float* x /* [m, n] */, std::size_t m, std::size_t n,
@@ -78,13 +84,13 @@ void launch_add_bias(float* x /* [m, n] */, std::size_t m, std::size_t n,
 
 /// out = a + b elementwise (the residual connection). `out` may equal `a` or `b`.
 void launch_residual_add(const float* a /* [n] */, const float* b /* [n] */, std::size_t n,
-                         float* out /* [n] */, cudaStream_t stream);
+                         float* out /* [n] */, cudaStream_t stream, bool programmatic = false);
 
 /// out[r] = x[rows[r]] for rows of `d` floats: the rows whose logits a step
 /// needs (each item's last token), gathered before the output projection.
 void launch_gather_rows(const float* x /* [*, d] */, const std::uint32_t* rows /* [n_rows] */,
                         std::size_t n_rows, std::size_t d, float* out /* [n_rows, d] */,
-                        cudaStream_t stream);
+                        cudaStream_t stream, bool programmatic = false);
 
 /// True for the table types launch_embedding_gather reads: F32, F16, BF16,
 /// Q8_0, and the legacy and K block types the linear kernel decodes.

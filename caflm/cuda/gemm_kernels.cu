@@ -27,6 +27,7 @@
 #include "caflm/cuda/gemm_kernels.cuh"
 
 #include "caflm/cuda/cuda_check.hpp"
+#include "caflm/cuda/programmatic_launch.cuh"
 
 #include <limits>
 #include <stdexcept>
@@ -46,6 +47,8 @@ template <int kRows>
 constexpr int kColumnsPerWarp = static_cast<int>(gemm_columns_per_warp(kRows));
 template <int kRows>
 constexpr std::uint32_t kWarpsPerBlock = gemm_warps_per_block(kRows);
+/// Bytes of one L2 cache line.
+constexpr std::uint64_t kL2LineBytes = 128;
 
 template <TensorType kType, int kRows>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock<kRows>)
@@ -74,6 +77,18 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock<kRows>)
 #pragma unroll
   for (int c = 0; c < kColumns; ++c)
     w_rows[c] = weight + min(first_column + c, n_out - 1) * row_bytes;
+
+  // The weights do not depend on the kernel before this one: their rows are
+  // fetched into L2 while it may still run (programmatic launch), and x, y
+  // and the bias are touched only after it has ended.
+  for (std::uint64_t offset = std::uint64_t{lane} * kL2LineBytes; offset < row_bytes;
+       offset += 32 * kL2LineBytes) {
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c)
+      prefetch_to_l2(w_rows[c] + offset);
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start();
 
   float acc[kColumns][kRows];
 #pragma unroll
@@ -106,34 +121,34 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock<kRows>)
 template <TensorType kType, int kRows>
 void launch_tile(const GemmLaunchPlan& plan, const WeightView& weight, std::uint64_t row_bytes,
                  const float* x, std::uint64_t x_stride, std::uint32_t m, const float* bias,
-                 float* y, std::uint64_t y_stride, cudaStream_t stream) {
-  linear_kernel<kType, kRows>
-      <<<dim3(plan.grid_x, plan.grid_y), plan.threads_per_block, 0, stream>>>(
-          static_cast<const std::uint8_t*>(weight.data), row_bytes, x, x_stride, m,
-          static_cast<std::uint32_t>(weight.rows), static_cast<std::uint32_t>(weight.cols), bias, y,
-          y_stride);
+                 float* y, std::uint64_t y_stride, bool programmatic, cudaStream_t stream) {
+  launch_kernel(linear_kernel<kType, kRows>, dim3(plan.grid_x, plan.grid_y),
+                dim3(plan.threads_per_block), 0, stream, programmatic,
+                static_cast<const std::uint8_t*>(weight.data), row_bytes, x, x_stride, m,
+                static_cast<std::uint32_t>(weight.rows), static_cast<std::uint32_t>(weight.cols),
+                bias, y, y_stride);
 }
 
 template <TensorType kType>
 void launch_type(const GemmLaunchPlan& plan, const WeightView& weight, std::uint64_t row_bytes,
                  const float* x, std::uint64_t x_stride, std::uint32_t m, const float* bias,
-                 float* y, std::uint64_t y_stride, cudaStream_t stream) {
+                 float* y, std::uint64_t y_stride, bool programmatic, cudaStream_t stream) {
   switch (plan.rows_per_tile) {
   case 1:
     return launch_tile<kType, 1>(plan, weight, row_bytes, x, x_stride, m, bias, y, y_stride,
-                                 stream);
+                                 programmatic, stream);
   case 2:
     return launch_tile<kType, 2>(plan, weight, row_bytes, x, x_stride, m, bias, y, y_stride,
-                                 stream);
+                                 programmatic, stream);
   case 4:
     return launch_tile<kType, 4>(plan, weight, row_bytes, x, x_stride, m, bias, y, y_stride,
-                                 stream);
+                                 programmatic, stream);
   case 8:
     return launch_tile<kType, 8>(plan, weight, row_bytes, x, x_stride, m, bias, y, y_stride,
-                                 stream);
+                                 programmatic, stream);
   default:
     return launch_tile<kType, kGemmMaxRowsPerTile>(plan, weight, row_bytes, x, x_stride, m, bias, y,
-                                                   y_stride, stream);
+                                                   y_stride, programmatic, stream);
   }
 }
 
@@ -199,7 +214,7 @@ GemmLaunchPlan plan_gemm_launch(TensorType type, std::uint64_t m, std::uint64_t 
 
 void launch_linear(const WeightView& weight, const float* x, std::uint64_t x_stride,
                    std::uint64_t m, const float* bias, float* y, std::uint64_t y_stride,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, bool programmatic) {
   const GemmLaunchPlan plan = plan_gemm_launch(weight.type, m, weight.rows, weight.cols);
   if (m == 0)
     return;
@@ -215,7 +230,7 @@ void launch_linear(const WeightView& weight, const float* x, std::uint64_t x_str
 #define CAFLM_GEMM_CASE(T)                                                                         \
   case TensorType::T:                                                                              \
     launch_type<TensorType::T>(plan, weight, row_bytes, x, x_stride, rows, bias, y, y_stride,      \
-                               stream);                                                            \
+                               programmatic, stream);                                              \
     break;
     CAFLM_GEMM_CASE(F32)
     CAFLM_GEMM_CASE(F16)
@@ -234,7 +249,6 @@ void launch_linear(const WeightView& weight, const float* x, std::uint64_t x_str
   default:
     throw std::invalid_argument("launch_linear: unsupported weight type"); // plan refused it
   }
-  CAFLM_CUDA_CHECK_LAUNCH(linear_kernel);
 }
 
 } // namespace caflm::cuda

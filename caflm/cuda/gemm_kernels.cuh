@@ -32,7 +32,12 @@ namespace caflm::cuda {
 /// and whatever the other rows hold. m == 0 launches nothing. Throws
 /// std::invalid_argument for a shape plan_gemm_launch refuses, an x or
 /// weight not aligned to 16 bytes or a stride of x not a multiple of 4, and
-/// std::runtime_error when the launch fails.
+/// std::runtime_error when the launch fails. With `programmatic` (a device
+/// of compute capability 9.0 or later only) the kernel is launched
+/// programmatically (programmatic_launch.cuh): it fetches its weights into L2
+/// while the kernel before it on the stream still runs, which then must not
+/// write the weights, and touches x, y and the bias only after that kernel
+/// has ended.
 void launch_linear(const WeightView& weight, // [N, K] device, GGUF bytes
                    const float* x,           // [m, x_stride] device
                    std::uint64_t x_stride,   // floats between rows of x (>= K)
@@ -40,7 +45,7 @@ void launch_linear(const WeightView& weight, // [N, K] device, GGUF bytes
                    const float* bias,      // [N] device, or null
                    float* y,               // [m, y_stride] device
                    std::uint64_t y_stride, // floats between rows of y (>= N)
-                   cudaStream_t stream);
+                   cudaStream_t stream, bool programmatic = false);
 
 namespace detail {
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "caflm/cuda/cuda_check.hpp"
+#include "caflm/cuda/programmatic_launch.cuh"
 
 // Paged attention over the ragged step ABI (caflm/scheduler/ragged_batch.hpp)
 // with the CPU runner's semantics (CpuModelRunner::store_kv, attention_layer).
@@ -71,6 +72,8 @@ store_kv_kernel(const float* __restrict__ k,     // [n_tokens, kv_dim]
                 float* __restrict__ value_cache, // [n_blocks, n_kv_heads, block_size, head_dim]
                 const std::uint32_t* __restrict__ slots, // [n_tokens]
                 std::uint32_t n_kv_heads, std::uint32_t block_size, std::uint32_t head_dim) {
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start();
   const std::uint32_t token = blockIdx.x;
   const std::uint32_t slot = slots[token];
   const std::uint32_t block = slot / block_size;
@@ -100,6 +103,8 @@ __global__ void __launch_bounds__(kAttentionThreads) paged_attention_kernel(
   __shared__ float scores[kAttentionScoreTile];
   __shared__ float warp_maxima[kAttentionWarps];
   __shared__ float warp_sums[kAttentionWarps];
+  wait_for_previous_kernel();
+  allow_next_kernel_to_start(); // the output projection's weights may stream in
 
   const std::uint32_t token = blockIdx.x;
   const std::uint32_t head = blockIdx.y;
@@ -232,28 +237,28 @@ dim3 grid_of(const LaunchShape& shape) {
 
 void launch_store_kv(const float* k, const float* v, float* key_cache, float* value_cache,
                      const DeviceRaggedStep& step, const PagedKvGeometry& geometry,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool programmatic) {
   check_geometry(geometry);
   if (step.token_count == 0)
     return;
   const LaunchShape shape = store_kv_launch_shape(step.token_count);
-  store_kv_kernel<<<grid_of(shape), shape.block_x, 0, stream>>>(
-      k, v, key_cache, value_cache, step.slots, geometry.n_kv_heads, geometry.block_size,
-      geometry.head_dim);
-  CAFLM_CUDA_CHECK_LAUNCH(store_kv_kernel);
+  launch_kernel(store_kv_kernel, grid_of(shape), dim3(shape.block_x), 0, stream, programmatic, k, v,
+                key_cache, value_cache, step.slots, geometry.n_kv_heads, geometry.block_size,
+                geometry.head_dim);
 }
 
 void launch_paged_attention(const float* q, const float* key_cache, const float* value_cache,
                             float* out, std::uint32_t n_heads, const DeviceRaggedStep& step,
-                            const PagedKvGeometry& geometry, cudaStream_t stream) {
+                            const PagedKvGeometry& geometry, cudaStream_t stream,
+                            bool programmatic) {
   const LaunchShape shape = attention_launch_shape(step.token_count, n_heads, geometry);
   if (step.token_count == 0)
     return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(geometry.head_dim));
-  paged_attention_kernel<<<grid_of(shape), shape.block_x, 0, stream>>>(
-      q, key_cache, value_cache, out, step.positions, step.table_offsets, step.block_tables,
-      n_heads, geometry.n_kv_heads, geometry.block_size, geometry.head_dim, scale);
-  CAFLM_CUDA_CHECK_LAUNCH(paged_attention_kernel);
+  launch_kernel(paged_attention_kernel, grid_of(shape), dim3(shape.block_x), 0, stream,
+                programmatic, q, key_cache, value_cache, out, step.positions, step.table_offsets,
+                step.block_tables, n_heads, geometry.n_kv_heads, geometry.block_size,
+                geometry.head_dim, scale);
 }
 
 void launch_copy_blocks(float* key_cache, float* value_cache, const DeviceRaggedStep& step,

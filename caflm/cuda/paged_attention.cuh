@@ -8,6 +8,11 @@
 #include "caflm/cuda/block_table_upload.hpp"
 #include "caflm/cuda/paged_attention.hpp"
 
+// With `programmatic` (a device of compute capability 9.0 or later only) a
+// launcher launches its kernel programmatically: it may start while the
+// kernel before it ends, and waits for it before touching memory
+// (programmatic_launch.cuh).
+
 namespace caflm::cuda {
 
 /// Writes the step's new K and V rows into their cache cells (slot mapping
@@ -18,7 +23,7 @@ void launch_store_kv(const float* k,     // [token_count, n_kv_heads * head_dim]
                      float* key_cache,   // [n_blocks, n_kv_heads, block_size, head_dim], one layer
                      float* value_cache, // [n_blocks, n_kv_heads, block_size, head_dim], one layer
                      const DeviceRaggedStep& step, const PagedKvGeometry& geometry,
-                     cudaStream_t stream);
+                     cudaStream_t stream, bool programmatic = false);
 
 /// Causal paged attention for one layer: every (token, query head) of the
 /// step attends to positions 0..its own position of its own sequence,
@@ -31,7 +36,8 @@ void launch_paged_attention(const float* q,           // [token_count, n_heads *
                             const float* value_cache, // one layer, as in launch_store_kv
                             float* out,               // [token_count, n_heads * head_dim]
                             std::uint32_t n_heads, const DeviceRaggedStep& step,
-                            const PagedKvGeometry& geometry, cudaStream_t stream);
+                            const PagedKvGeometry& geometry, cudaStream_t stream,
+                            bool programmatic = false);
 
 /// Performs the step's copy-on-write block copies, whole blocks of every
 /// layer's K and V, with the result of doing them in order: one launch per

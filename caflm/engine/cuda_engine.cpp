@@ -27,10 +27,10 @@ bool built_with_cuda() {
 
 namespace {
 
-/// CAFLM_CUDA_GRAPHS=0 turns decode graphs off (to measure what they pay).
-bool cuda_graphs_enabled() {
-  const char* value = std::getenv("CAFLM_CUDA_GRAPHS");
-  return value == nullptr || std::strcmp(value, "0") != 0;
+/// Whether environment variable `name` is set to `expected`.
+bool env_is(const char* name, const char* expected) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, expected) == 0;
 }
 
 } // namespace
@@ -64,7 +64,10 @@ std::unique_ptr<InferenceEngine> make_cuda_engine(std::shared_ptr<const Model> m
   runner_options.max_items = s.max_requests;
   runner_options.max_context = s.max_context;
   runner_options.block_size = s.block_size;
-  runner_options.cuda_graphs = cuda_graphs_enabled();
+  // CAFLM_CUDA_GRAPHS=0 turns decode graphs off and CAFLM_CUDA_PDL=1
+  // programmatic launches on, to measure what each pays.
+  runner_options.cuda_graphs = !env_is("CAFLM_CUDA_GRAPHS", "0");
+  runner_options.programmatic_launch = env_is("CAFLM_CUDA_PDL", "1");
   auto runner = std::make_unique<cuda::CudaModelRunner>(model, runner_options);
   config.kv_blocks = runner->kv_blocks();
   const std::uint32_t asked = s.max_context;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "caflm/cuda/programmatic_launch.cuh"
 #include "caflm/gguf/quantize.hpp"
 #include "tests/cuda/gpu_test.hpp"
 
@@ -234,6 +235,19 @@ bool is_k_quant(TensorType type) {
   return tensor_block_size(type) == 256;
 }
 
+/// Lets a programmatically launched kernel start at once, spins for about
+/// `spin_cycles` clock cycles, then writes x[i] = values[i]: a linear layer
+/// launched after it that read x before it ended would see what x held.
+__global__ void late_writer_kernel(const float* __restrict__ values /* [n] */, std::size_t n,
+                                   float* __restrict__ x /* [n] */, long long spin_cycles) {
+  allow_next_kernel_to_start();
+  const long long start = clock64();
+  while (clock64() - start < spin_cycles) {
+  }
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x)
+    x[i] = values[i];
+}
+
 } // namespace
 
 TEST_CASE("the GEMM launch plan: tiles over m, warps over N, shapes checked") {
@@ -394,4 +408,34 @@ TEST_CASE("a row's GPU GEMM result is bitwise the same whatever batch it is in")
       }
     }
   }
+}
+
+TEST_CASE(
+    "a programmatically launched GEMM reads x only once the kernel before it has written it") {
+  CAFLM_REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  require_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  const std::size_t n = 61, k = 512;
+  std::uint32_t seed = 1300;
+  for (TensorType type : {TensorType::BF16, TensorType::Q4_K, TensorType::Q8_0}) {
+    const RandomWeights w = random_weights(type, n, k, seed++);
+    DeviceArray<std::uint8_t> weight(w.bytes);
+    for (std::size_t m : {1, 16, 33}) {
+      INFO(to_string(type) << ", m " << m);
+      const std::vector<float> x = random_floats(m * k, seed++);
+      const auto expected = gpu_linear(type, weight, n, k, x, k, m, nullptr, n);
+      DeviceArray<float> values(x);
+      DeviceArray<float> x_device(std::vector<float>(m * k, 0.0f));
+      DeviceArray<float> y_device(std::vector<float>(m * n, 0.0f));
+      // About a millisecond at the H200's clock: far longer than the product.
+      late_writer_kernel<<<1, 256, 0, stream>>>(values.get(), m * k, x_device.get(), 2'000'000);
+      require_cuda(cudaGetLastError(), "late writer");
+      launch_linear(WeightView{type, weight.get(), n, k}, x_device.get(), k, m, nullptr,
+                    y_device.get(), n, stream, /*programmatic=*/true);
+      require_cuda(cudaStreamSynchronize(stream), "programmatic linear");
+      const std::vector<float> y = y_device.download();
+      CHECK(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)) == 0);
+    }
+  }
+  require_cuda(cudaStreamDestroy(stream), "stream");
 }

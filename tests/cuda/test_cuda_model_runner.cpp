@@ -100,8 +100,11 @@ CudaRunnerOptions gpu_options(bool cuda_graphs = true, std::uint32_t max_kv_bloc
 
 /// A CUDA runner with the cache the tests address (block ids below kKvBlocks).
 std::unique_ptr<CudaModelRunner> make_gpu_runner(std::shared_ptr<const Model> model,
-                                                 bool cuda_graphs = true) {
-  auto runner = std::make_unique<CudaModelRunner>(model, gpu_options(cuda_graphs));
+                                                 bool cuda_graphs = true,
+                                                 bool programmatic_launch = false) {
+  CudaRunnerOptions options = gpu_options(cuda_graphs);
+  options.programmatic_launch = programmatic_launch;
+  auto runner = std::make_unique<CudaModelRunner>(model, options);
   REQUIRE(runner->kv_blocks() >= kKvBlocks);
   REQUIRE(runner->vocab_size() == model->config().vocab_size);
   REQUIRE(runner->samples_on_device());
@@ -722,6 +725,7 @@ struct SubjectRun {
   /// The subject's item index in each step (at most the last).
   std::uint32_t subject_index = 0;
   bool cuda_graphs = true;
+  bool programmatic_launch = false;
 };
 
 /// The subject's logits by position (of the last token of each item it
@@ -730,7 +734,7 @@ std::map<std::uint32_t, std::vector<float>> subject_logits(std::shared_ptr<const
                                                            const std::vector<TokenId>& subject,
                                                            const SubjectRun& setup,
                                                            cuda::CudaRunnerStats* stats = nullptr) {
-  auto runner = make_gpu_runner(model, setup.cuda_graphs);
+  auto runner = make_gpu_runner(model, setup.cuda_graphs, setup.programmatic_launch);
   const std::uint32_t vocab = runner->vocab_size();
   BlockCounter blocks;
   std::mt19937 rng(100 + setup.companions);
@@ -814,6 +818,18 @@ TEST_CASE("a sequence's logits on the GPU are bitwise the same whatever shares i
     CHECK(bitwise_equal(alone, subject_logits(model, subject, setup, &stats)));
     CHECK(stats.graphs_captured == 0);
     CHECK(stats.graph_replays == 0);
+  }
+  SECTION("with programmatic launches, where a kernel may start before the one before it ends") {
+    SubjectRun setup;
+    setup.programmatic_launch = true;
+    CHECK(bitwise_equal(alone, subject_logits(model, subject, setup)));
+    setup.cuda_graphs = false;
+    CHECK(bitwise_equal(alone, subject_logits(model, subject, setup)));
+    setup.companions = 16;
+    setup.subject_index = 7;
+    const auto overlapped = subject_logits(model, subject, setup);
+    setup.programmatic_launch = false;
+    CHECK(bitwise_equal(subject_logits(model, subject, setup), overlapped));
   }
   SECTION("with other sequences, first, in the middle and last; decode buckets 1, 4 and 32") {
     // Decode steps of 3 and 17 items land in the graph buckets 4 and 32,
