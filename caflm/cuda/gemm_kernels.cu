@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock<kRows>)
                   std::uint64_t x_stride, std::uint32_t m, std::uint32_t n_out, std::uint32_t k_len,
                   const float* __restrict__ bias, // [N] or null
                   float* __restrict__ y,          // [m, y_stride]
-                  std::uint64_t y_stride) {
+                  std::uint64_t y_stride, bool programmatic) {
   constexpr int kColumns = kColumnsPerWarp<kRows>;
   constexpr std::uint32_t kWarps = kWarpsPerBlock<kRows>;
   const std::uint32_t lane = threadIdx.x % 32;
@@ -78,14 +78,16 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock<kRows>)
   for (int c = 0; c < kColumns; ++c)
     w_rows[c] = weight + min(first_column + c, n_out - 1) * row_bytes;
 
-  // The weights do not depend on the kernel before this one: their rows are
-  // fetched into L2 while it may still run (programmatic launch), and x, y
-  // and the bias are touched only after it has ended.
-  for (std::uint64_t offset = std::uint64_t{lane} * kL2LineBytes; offset < row_bytes;
-       offset += 32 * kL2LineBytes) {
+  // The weights do not depend on the kernel before this one: launched
+  // programmatically, the warp fetches its rows into L2 while that kernel may
+  // still run; x, y and the bias are touched only after it has ended.
+  if (programmatic) {
+    for (std::uint64_t offset = std::uint64_t{lane} * kL2LineBytes; offset < row_bytes;
+         offset += 32 * kL2LineBytes) {
 #pragma unroll
-    for (int c = 0; c < kColumns; ++c)
-      prefetch_to_l2(w_rows[c] + offset);
+      for (int c = 0; c < kColumns; ++c)
+        prefetch_to_l2(w_rows[c] + offset);
+    }
   }
   wait_for_previous_kernel();
   allow_next_kernel_to_start();
@@ -126,7 +128,7 @@ void launch_tile(const GemmLaunchPlan& plan, const WeightView& weight, std::uint
                 dim3(plan.threads_per_block), 0, stream, programmatic,
                 static_cast<const std::uint8_t*>(weight.data), row_bytes, x, x_stride, m,
                 static_cast<std::uint32_t>(weight.rows), static_cast<std::uint32_t>(weight.cols),
-                bias, y, y_stride);
+                bias, y, y_stride, programmatic);
 }
 
 template <TensorType kType>
