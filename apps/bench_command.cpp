@@ -264,8 +264,12 @@ void run_bench(const BenchOptions& options) {
   resolved.device = resolve_device(options.device);
   auto model = Model::load(options.model);
   auto tokenizer = load_tokenizer(*model);
-  const KvCacheType kv_cache_type = options.kv_cache_type.value_or(auto_kv_cache_type(*model));
-  resolved.kv_cache_type = kv_cache_type;
+  // What the engines keep, as reported. A CUDA engine is passed only what
+  // was asked for, so that it warns about an ignored type only when one was.
+  const KvCacheType kv_cache_type =
+      engine_kv_cache_type(resolved.device, options.kv_cache_type, *model);
+  if (resolved.device == Device::Cpu)
+    resolved.kv_cache_type = kv_cache_type;
   // A sequence holds the prompt and every generated token but the last.
   const std::uint64_t sequence = std::uint64_t{options.prompt_tokens} + options.gen_tokens + 1;
   if (sequence > model->config().context_length)

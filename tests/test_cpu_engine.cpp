@@ -7,6 +7,7 @@
 #include <set>
 
 #include "caflm/engine/cpu_engine.hpp"
+#include "caflm/engine/engine_factory.hpp"
 #include "caflm/model/model.hpp"
 #include "support/model_harness.hpp"
 
@@ -71,11 +72,16 @@ TEST_CASE("unless asked, the KV cache type follows the model: f32 for an f32 mod
   EngineOptions options;
   options.kv_cache_bytes = 40 * cpu_kv_block_bytes(model->config(), KvCacheType::F32);
   CHECK(cpu_engine_config(*model, options).kv_cache_type == c.expected);
+  CHECK(engine_kv_cache_type(Device::Cpu, std::nullopt, *model) == c.expected);
   // Asked for, either type is taken whatever the model.
   for (KvCacheType asked : {KvCacheType::F32, KvCacheType::F16}) {
     options.kv_cache_type = asked;
     CHECK(cpu_engine_config(*model, options).kv_cache_type == asked);
+    CHECK(engine_kv_cache_type(Device::Cpu, asked, *model) == asked);
+    // A CUDA engine keeps F32 whatever is asked (what caflm bench reports).
+    CHECK(engine_kv_cache_type(Device::Cuda, asked, *model) == KvCacheType::F32);
   }
+  CHECK(engine_kv_cache_type(Device::Cuda, std::nullopt, *model) == KvCacheType::F32);
 }
 
 TEST_CASE("an F16 KV cache holds twice the blocks of an F32 one in the same budget") {

@@ -43,11 +43,19 @@ Device resolve_device(Device requested) {
   return Device::Cpu;
 }
 
+KvCacheType engine_kv_cache_type(Device device, std::optional<KvCacheType> requested,
+                                 const Model& model) {
+  if (device == Device::Cuda)
+    return KvCacheType::F32;
+  return requested.value_or(auto_kv_cache_type(model));
+}
+
 std::unique_ptr<InferenceEngine> make_engine(std::shared_ptr<const Model> model,
                                              std::shared_ptr<const Tokenizer> tokenizer,
                                              const EngineOptions& options) {
   if (resolve_device(options.device) == Device::Cuda) {
-    if (options.kv_cache_type.value_or(KvCacheType::F32) != KvCacheType::F32) {
+    if (options.kv_cache_type &&
+        *options.kv_cache_type != engine_kv_cache_type(Device::Cuda, std::nullopt, *model)) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         log(LogLevel::Warning,

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "caflm/engine/engine_options.hpp"
 #include "caflm/engine/inference_engine.hpp"
@@ -20,6 +21,13 @@ std::size_t cuda_device_count();
 /// process, with the reason). Throws std::runtime_error, saying why, for
 /// Cuda when no CUDA device is usable.
 Device resolve_device(Device requested);
+
+/// The element type of the KV cache an engine on `device` (Cpu or Cuda,
+/// resolved) keeps for `model` when `requested` is asked for: a CUDA
+/// engine's is always F32; a CPU engine's is `requested`, else
+/// auto_kv_cache_type(model).
+KvCacheType engine_kv_cache_type(Device device, std::optional<KvCacheType> requested,
+                                 const Model& model);
 
 /// An engine for `model` on `options.device` (resolved), sized by `options`.
 /// Throws std::runtime_error or std::invalid_argument saying what cannot be
