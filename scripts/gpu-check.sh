@@ -17,12 +17,15 @@
 # and CAFLM_BINARY.
 #
 # (a) configures a Release build with CUDA in build-gpu (reused when run
-#     again) and builds the caflm command and every test registered in
-#     tests/cuda/ (CTest label `gpu`); (b) runs those tests: a failure, or a
-#     "skipped:" warning (a GPU test that found no device), fails the check;
-#     (c) writes a random 1.1B-parameter llama model in BF16 (TinyLlama's
-#     shape) with `caflm make-test-model`; (d) runs `caflm bench --device cuda`
-#     at B = 1, 32, 128, 256; (e) compares B=1 decode against the HBM roofline
+#     again) and builds the caflm command, bench_cuda_linear and every test
+#     registered in tests/cuda/ (CTest label `gpu`); (b) runs those tests: a
+#     failure, or a "skipped:" warning (a GPU test that found no device),
+#     fails the check; (c) writes a random 1.1B-parameter llama model in BF16
+#     (TinyLlama's shape) with `caflm make-test-model`; (d) runs `caflm bench
+#     --device cuda` at B = 1, 32, 128, 256, then at B = 1 and 32 with graphs
+#     off and with programmatic launches on, and bench_cuda_linear (the
+#     step's linear layers alone; these three informational); (e) compares
+#     B=1 decode against the HBM roofline
 #     and B=256 decode against B=1; (f) prints one summary table and exits
 #     non-zero if anything failed.
 #
@@ -172,7 +175,7 @@ write_pack() {
   local file=$1 build=$2 testdata=$3 stage="$work/pack" lib name
   shift 3
   mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback" "$stage/testdata"
-  cp "$build/apps/caflm" "$stage/bin/"
+  cp "$build/apps/caflm" "$build/bench/bench_cuda_linear" "$stage/bin/"
   for name in "$@"; do cp "$build/tests/cuda/$name" "$stage/bin/"; done
   if command -v strip >/dev/null; then strip --strip-unneeded "$stage"/bin/*; fi
   while read -r lib; do
@@ -251,7 +254,7 @@ main() {
     exit 0
   }
 
-  local tests=() caflm="" t status
+  local tests=() caflm="" linear_bench="" t status
   if [[ -n $prebuilt_file ]]; then
     # -- (a) the pack: no build ------------------------------------------------------
     local pack="$work/pack"
@@ -263,6 +266,7 @@ main() {
       finish
     fi
     caflm="$pack/bin/caflm"
+    linear_bench="$pack/bin/bench_cuda_linear"
     export LD_LIBRARY_PATH="$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     if ! "$caflm" --help >/dev/null 2>&1; then
       LD_LIBRARY_PATH+=":$pack/fallback" # the machine's C++ runtime is older
@@ -339,7 +343,8 @@ main() {
     log "build caflm and ${#tests[@]} GPU tests, -j$jobs (timeout ${t}s)"
     local build_start=$SECONDS
     status=0
-    timeout "$t" cmake --build "$build" -j "$jobs" --target caflm "${tests[@]}" >"$work/build.log" 2>&1 ||
+    timeout "$t" cmake --build "$build" -j "$jobs" --target caflm bench_cuda_linear "${tests[@]}" \
+      >"$work/build.log" 2>&1 ||
       status=$?
     if ((status != 0)); then
       # The first failing commands' messages (ninja stops after the first).
@@ -368,6 +373,7 @@ main() {
       finish
     fi
     caflm="$build/apps/caflm"
+    linear_bench="$build/bench/bench_cuda_linear"
   fi
   if ((${#tests[@]} == 0)); then
     add_row "GPU tests" "none registered" ">= 1" FAIL
@@ -519,6 +525,22 @@ main() {
       add_row "bench with $setting" "failed or timed out" "informational" INFO
     fi
   done
+
+  # The linear layers of one decode step alone, serial and programmatic
+  # (bench_cuda_linear; informational).
+  t=$(step_timeout 60 0)
+  if ((t > 0)) && [[ -x $linear_bench ]]; then
+    log "bench_cuda_linear, B=1,32 (timeout ${t}s)"
+    if timeout "$t" "$linear_bench" --rows 1,32 >"$work/linear.out" 2>&1; then
+      cat "$work/linear.out"
+      awk '$1 ~ /^[0-9]+$/ {
+          printf "linear layers B=%s serial / programmatic\t%s / %s ms (%s / %s TB/s)\tinformational\tINFO\n",
+            $1, $2, $4, $3, $5 }' "$work/linear.out" >>"$summary_file"
+    else
+      tail -n 5 "$work/linear.out"
+      add_row "bench_cuda_linear" "failed or timed out" "informational" INFO
+    fi
+  fi
 
   # -- (e), (f) ---------------------------------------------------------------------------
   judge_bench "$work/bench.out" "$work/inspect.json" "$bandwidth"
