@@ -407,7 +407,7 @@ main() {
   if [[ -n $smi_gpus ]]; then start_model || true; fi
 
   # -- (b) the GPU tests ------------------------------------------------------------
-  local name out skip_reason first_skip=""
+  local name out skip_reason first_skip="" tests_run=0
   for name in "${tests[@]}"; do
     t=$(step_timeout 90 100)
     out="$work/$name.log"
@@ -417,6 +417,7 @@ main() {
       failed=1
       continue
     fi
+    tests_run=$((tests_run + 1))
     if [[ -n $prebuilt_file ]]; then
       timeout "$t" "$work/pack/bin/$name" >"$out" 2>&1 || status=$?
     else
@@ -441,7 +442,7 @@ main() {
     # No nvidia-smi, or it saw no GPU: the tests' own probe decides.
     if [[ -n $first_skip ]]; then
       gpu_reason="$first_skip"
-    elif [[ -z $gpu_reason && ${#tests[@]} -gt 0 ]]; then
+    elif [[ -z $gpu_reason ]] && ((tests_run > 0)); then
       log "nvidia-smi not found, but the GPU tests found a device"
     elif [[ -z $gpu_reason ]]; then
       gpu_reason="nvidia-smi not found and no GPU test ran"
