@@ -19,6 +19,7 @@
 
 #include "caflm/cuda/cuda_check.hpp"
 #include "caflm/cuda/cuda_device.hpp"
+#include "caflm/cuda/device_buffer.hpp"
 #include "caflm/cuda/gemm_kernels.cuh"
 #include "caflm/cuda/programmatic_launch.cuh"
 
@@ -33,26 +34,6 @@ struct Shape {
   std::uint64_t ffn = 5632;
   std::uint64_t layers = 22;
   std::uint64_t vocab = 32000;
-};
-
-/// Device memory freed with this object.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::uint64_t bytes) { CAFLM_CUDA_CHECK(cudaMalloc(&data_, bytes)); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(other.data_) {
-    other.data_ = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(data_); }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
 };
 
 /// One product of the step: its weights and the widths of x and y.
@@ -138,7 +119,7 @@ int main(int argc, char** argv) {
     std::uint64_t weight_bytes = 0;
     for (const Matrix& m : matrices) {
       const std::uint64_t bytes = m.n * tensor_row_bytes(*type, m.k);
-      buffers.emplace_back(bytes);
+      buffers.emplace_back(bytes, "weights");
       // 0x11 bytes: small finite scales for every block type.
       CAFLM_CUDA_CHECK(cudaMemset(buffers.back().as<void>(), 0x11, bytes));
       products.push_back(Product{WeightView{*type, buffers.back().as<void>(), m.n, m.k},
@@ -149,8 +130,8 @@ int main(int argc, char** argv) {
     std::uint64_t max_rows = 1;
     for (std::uint64_t m : rows)
       max_rows = std::max(max_rows, m);
-    DeviceBuffer x(max_rows * products.front().x_stride * sizeof(float));
-    DeviceBuffer y(max_rows * products.front().y_stride * sizeof(float));
+    DeviceBuffer x(max_rows * products.front().x_stride * sizeof(float), "x");
+    DeviceBuffer y(max_rows * products.front().y_stride * sizeof(float), "y");
     CAFLM_CUDA_CHECK(cudaMemset(x.as<void>(), 0, max_rows * products.front().x_stride * 4));
     cudaStream_t stream = nullptr;
     CAFLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

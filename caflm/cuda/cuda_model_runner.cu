@@ -13,6 +13,7 @@
 
 #include "caflm/cuda/block_table_upload.hpp"
 #include "caflm/cuda/cuda_check.hpp"
+#include "caflm/cuda/device_buffer.hpp"
 #include "caflm/cuda/device_sampler.cuh"
 #include "caflm/cuda/elementwise_kernels.cuh"
 #include "caflm/cuda/gemm_kernels.cuh"
@@ -100,45 +101,6 @@ void check_options(const CudaRunnerOptions& o) {
     throw std::invalid_argument(
         "CudaModelRunner: max_tokens, max_items, max_context and block_size must be positive");
 }
-
-/// A device allocation freed with its owner.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(std::uint64_t bytes, const char* what) {
-    const cudaError_t status = cudaMalloc(&data_, std::max<std::uint64_t>(bytes, 1));
-    if (status != cudaSuccess)
-      throw std::runtime_error(std::string("cannot allocate ") + std::to_string(bytes) +
-                               " bytes of device memory for " + what + ": " +
-                               cudaGetErrorString(status));
-    bytes_ = bytes;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    swap(other);
-    return *this;
-  }
-  ~DeviceBuffer() {
-    if (data_ != nullptr)
-      cudaFree(data_);
-  }
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  std::uint64_t bytes() const { return bytes_; }
-
- private:
-  void swap(DeviceBuffer& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(bytes_, other.bytes_);
-  }
-  void* data_ = nullptr;
-  std::uint64_t bytes_ = 0;
-};
 
 /// Page-locked host memory, so the step's uploads and downloads are
 /// asynchronous copies.
