@@ -239,6 +239,8 @@ CudaModelRunner::Impl::Impl(std::shared_ptr<const Model> model_in,
                max_table_entries(options_in), std::numeric_limits<std::uint32_t>::max()))) {
   check_options(options);
   CAFLM_CUDA_CHECK(cudaSetDevice(options.device));
+  // Asked for, programmatic launches are used where this device takes them.
+  options.programmatic_launch = options.programmatic_launch && programmatic_launch_supported();
   std::size_t free_bytes = 0, total_bytes = 0;
   CAFLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (options.memory_budget_bytes == 0 || options.memory_budget_bytes > free_bytes)
@@ -399,7 +401,7 @@ void CudaModelRunner::Impl::enqueue_forward(const DeviceRaggedStep& step, std::u
   const std::uint64_t ffn = config.ffn_dim;
   // Every kernel of the forward pass but the first may start while the one
   // before it ends (programmatic_launch.cuh).
-  const bool programmatic = options.programmatic_launch && programmatic_launch_supported();
+  const bool programmatic = options.programmatic_launch;
   float* xs = x.as<float>();
   float* hs = h.as<float>();
   float* qs = q.as<float>();
