@@ -145,19 +145,19 @@ struct FloatKernel {
 template <typename Kernel, int MR, int NR>
 inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std::size_t col_begin,
                             std::size_t col_end) {
+  constexpr bool kPrefetch = MR == 1 && Kernel::kWeightBytes == 2;
+  const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
+  const std::size_t lines_per_step = ((NR * p.w_row_bytes + 63) / 64 + steps - 1) / steps;
   std::size_t col = col_begin;
-  if constexpr (MR == 1 && Kernel::kWeightBytes == 2) {
-    const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
-    const std::size_t lines = (NR * p.w_row_bytes + 63) / 64;
-    const std::size_t lines_per_step = (lines + steps - 1) / steps;
-    for (; col + NR <= col_end; col += NR) {
+  for (; col + NR <= col_end; col += NR) {
+    PrefetchCursor next_block;
+    if constexpr (kPrefetch) {
       const std::uint8_t* next = p.w + (col + NR) * p.w_row_bytes;
       const std::uint8_t* next_end = col + 2 * NR <= col_end ? next + NR * p.w_row_bytes : next;
-      Kernel::template block<MR, NR>(p, row0, col, {next, next_end, lines_per_step});
+      next_block = {next, next_end, lines_per_step};
     }
+    Kernel::template block<MR, NR>(p, row0, col, next_block);
   }
-  for (; col + NR <= col_end; col += NR)
-    Kernel::template block<MR, NR>(p, row0, col);
   for (; col < col_end; ++col)
     Kernel::template block<MR, 1>(p, row0, col);
 }
