@@ -254,7 +254,7 @@ main() {
     exit 0
   }
 
-  local tests=() caflm="" linear_bench="" t status
+  local tests=() caflm="" linear_bench="" t status name
   if [[ -n $prebuilt_file ]]; then
     # -- (a) the pack: no build ------------------------------------------------------
     local pack="$work/pack"
@@ -280,7 +280,6 @@ main() {
     testdata="$pack/testdata"
     [[ -d $testdata/models ]] || testdata=""
     export CAFLM_TESTDATA_DIR="$testdata" CAFLM_BINARY="$caflm"
-    local name
     for name in "$pack"/bin/test_cuda_*; do
       [[ -e $name ]] && tests+=("$(basename "$name")")
     done
@@ -407,7 +406,7 @@ main() {
   if [[ -n $smi_gpus ]]; then start_model || true; fi
 
   # -- (b) the GPU tests ------------------------------------------------------------
-  local name out skip_reason first_skip="" tests_run=0
+  local out skip_reason first_skip="" tests_run=0
   for name in "${tests[@]}"; do
     t=$(step_timeout 90 100)
     out="$work/$name.log"
@@ -419,7 +418,7 @@ main() {
     fi
     tests_run=$((tests_run + 1))
     if [[ -n $prebuilt_file ]]; then
-      timeout "$t" "$work/pack/bin/$name" >"$out" 2>&1 || status=$?
+      timeout "$t" "$pack/bin/$name" >"$out" 2>&1 || status=$?
     else
       timeout "$t" ctest --test-dir "$build" -R "^${name}\$" -V --timeout "$t" >"$out" 2>&1 || status=$?
     fi
