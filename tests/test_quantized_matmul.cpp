@@ -329,3 +329,70 @@ TEST_CASE("AVX-512 and AVX2 lane kernels give the bits of the AVX-512 column ker
     }
   }
 }
+
+namespace {
+
+// Value i (< 32) of a Q8_0, Q4_0 or Q5_0 block as the wide lane kernels take
+// it, from ggml's block layout: Q8_0's quant plus 128, the others' stored
+// nibble (and fifth bit).
+int unsigned_quant(TensorType type, const uint8_t* block, size_t i) {
+  if (type == TensorType::Q8_0) {
+    BlockQ8_0 b;
+    std::memcpy(&b, block, sizeof b);
+    return b.qs[i] + 128;
+  }
+  if (type == TensorType::Q4_0) {
+    BlockQ4_0 b;
+    std::memcpy(&b, block, sizeof b);
+    return i < 16 ? b.qs[i] & 0x0F : b.qs[i - 16] >> 4;
+  }
+  BlockQ5_0 b;
+  std::memcpy(&b, block, sizeof b);
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, sizeof qh);
+  const int low = i < 16 ? b.qs[i] & 0x0F : b.qs[i - 16] >> 4;
+  return low | static_cast<int>((qh >> i) & 1u) << 4;
+}
+
+} // namespace
+
+TEST_CASE("interleave_unsigned puts quad t of 16 columns side by side, zeros past the last",
+          "[quantized_matmul]") {
+  if (!matmul_isa_supported(MatmulIsa::Avx512)) {
+    WARN("skipped: this CPU has no AVX-512 VNNI");
+    return;
+  }
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  constexpr size_t k = 96; // 3 blocks
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0}) {
+    for (size_t cols : {16, 9, 1}) {
+      std::vector<float> values(cols * k);
+      for (float& v : values)
+        v = uniform(rng);
+      const std::vector<uint8_t> bytes = quantize_row(type, values.data(), cols * k);
+      const size_t row_bytes = tensor_row_bytes(type, k);
+      const size_t block_bytes = tensor_block_bytes(type);
+      // Filled with a value the interleave must overwrite everywhere.
+      std::vector<uint8_t> q(kWideLaneGroupCols * k, 0xAB);
+      std::vector<float> d(kWideLaneGroupCols * k / 32, -1.0f);
+      interleave_unsigned(type, bytes.data(), row_bytes, cols, k, q.data(), d.data());
+      INFO(to_string(type) << ", " << cols << " columns");
+      for (size_t j = 0; j < kWideLaneGroupCols; ++j) {
+        for (size_t b = 0; b < k / 32; ++b) {
+          const uint8_t* block = bytes.data() + j * row_bytes + b * block_bytes;
+          uint16_t d16 = 0;
+          if (j < cols)
+            std::memcpy(&d16, block, sizeof d16);
+          REQUIRE(d[kWideLaneGroupCols * b + j] == (j < cols ? f16_to_f32(d16) : 0.0f));
+          for (size_t i = 0; i < 32; ++i) {
+            const size_t quad = 8 * b + i / 4;
+            INFO("column " << j << ", value " << 32 * b + i);
+            REQUIRE(static_cast<int>(q[(quad * kWideLaneGroupCols + j) * 4 + i % 4]) ==
+                    (j < cols ? unsigned_quant(type, block, i) : 0));
+          }
+        }
+      }
+    }
+  }
+}

@@ -1,5 +1,7 @@
 // Weight rows of one column group interleaved for the lane kernels: the
 // same quant of 8 (AVX2) or 16 (AVX-512) columns side by side in one vector.
+// The AVX-512 interleave of the legacy types is in
+// quantized_interleave_avx512.cpp.
 #include "caflm/cpu/quantized_matmul.hpp"
 
 #include "caflm/cpu/block_readers.hpp"
@@ -38,30 +40,25 @@ inline __attribute__((always_inline)) void transpose_8x8_epi32(const __m256i (&i
   }
 }
 
-/// Block b of the 8 columns from `first` (zeros past `cols`), transposed:
-/// out[t] holds quants 4t .. 4t + 3 of every column, and d[i] the scale of
-/// column first + i. The quants as stored (Q8_0's signed, Q4_0's and Q5_0's
-/// unsigned), with kUnsigned Q8_0's plus 128.
-template <typename Blocks, bool kUnsigned>
+/// Block b of the group's 8 columns (zeros past `cols`), transposed: out[t]
+/// holds quants 4t .. 4t + 3 of every column, and d[j] the scale of column
+/// j. The quants as stored: Q8_0's signed, Q4_0's and Q5_0's unsigned.
+template <typename Blocks>
 inline void transposed_column_blocks(const uint8_t* __restrict__ rows, size_t row_bytes,
-                                     size_t cols, size_t first, size_t b,
-                                     __m256i (&out)[kLaneGroupCols], float* __restrict__ d) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+                                     size_t cols, size_t b, __m256i (&out)[kLaneGroupCols],
+                                     float* __restrict__ d) {
   __m256i in[kLaneGroupCols];
-  for (size_t i = 0; i < kLaneGroupCols; ++i) {
-    const size_t j = first + i;
+  for (size_t j = 0; j < kLaneGroupCols; ++j) {
     if (j < cols) {
       const uint8_t* block = block_at<typename Blocks::Block>(rows + j * row_bytes, b);
       if constexpr (Blocks::kOffset != 0)
-        in[i] = Blocks::stored(block);
-      else if constexpr (kUnsigned)
-        in[i] = _mm256_xor_si256(Blocks::quants(block), flip); // q + 128
+        in[j] = Blocks::stored(block);
       else
-        in[i] = Blocks::quants(block);
-      d[i] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
+        in[j] = Blocks::quants(block);
+      d[j] = half(u16_at(block + offsetof(typename Blocks::Block, d)));
     } else {
-      in[i] = _mm256_setzero_si256();
-      d[i] = 0.0f;
+      in[j] = _mm256_setzero_si256();
+      d[j] = 0.0f;
     }
   }
   transpose_8x8_epi32(in, out);
@@ -74,8 +71,7 @@ void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_
   const size_t nb = k / 32;
   for (size_t b = 0; b < nb; ++b) {
     __m256i out[kLaneGroupCols];
-    transposed_column_blocks<Blocks, false>(rows, row_bytes, cols, 0, b, out,
-                                            d + kLaneGroupCols * b);
+    transposed_column_blocks<Blocks>(rows, row_bytes, cols, b, out, d + kLaneGroupCols * b);
     for (size_t t = 0; t < 8; ++t) {
       const size_t at = (8 * b + t) * 32;
       store(q + at, out[t]);
@@ -106,44 +102,6 @@ void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t r
 
 int unsigned_offset(TensorType type) {
   return type == TensorType::Q8_0 ? 128 : stored_offset(type);
-}
-
-namespace {
-
-template <TensorType kType>
-void interleave_unsigned_blocks(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols,
-                                size_t k, uint8_t* __restrict__ q, float* __restrict__ d) {
-  using Blocks = SignedBlocks<kType>;
-  const size_t nb = k / 32;
-  for (size_t b = 0; b < nb; ++b) {
-    // Columns 8h .. 8h + 7, transposed into the low (h = 0) or high (h = 1)
-    // 32 bytes of each quad's 64.
-    for (size_t h = 0; h < kWideLaneGroupCols / kLaneGroupCols; ++h) {
-      __m256i out[kLaneGroupCols];
-      transposed_column_blocks<Blocks, true>(rows, row_bytes, cols, kLaneGroupCols * h, b, out,
-                                             d + kWideLaneGroupCols * b + kLaneGroupCols * h);
-      for (size_t t = 0; t < 8; ++t)
-        store(q + (8 * b + t) * 64 + 32 * h, out[t]);
-    }
-  }
-}
-
-} // namespace
-
-void interleave_unsigned(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
-                         size_t cols, size_t k, uint8_t* __restrict__ q, float* __restrict__ d) {
-  switch (type) {
-  case TensorType::Q8_0:
-    return interleave_unsigned_blocks<TensorType::Q8_0>(rows, row_bytes, cols, k, q, d);
-  case TensorType::Q4_0:
-    return interleave_unsigned_blocks<TensorType::Q4_0>(rows, row_bytes, cols, k, q, d);
-  case TensorType::Q5_0:
-    return interleave_unsigned_blocks<TensorType::Q5_0>(rows, row_bytes, cols, k, q, d);
-  default:
-    break;
-  }
-  throw std::invalid_argument(std::string("interleave_unsigned: ") + to_string(type) +
-                              " blocks are not Q8_0, Q4_0 or Q5_0");
 }
 
 void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,

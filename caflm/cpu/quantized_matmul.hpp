@@ -258,7 +258,8 @@ int unsigned_offset(TensorType type);
 
 /// Interleaves the rows `rows + j * row_bytes` (j < cols, each k values) of
 /// a Q8_0, Q4_0 or Q5_0 weight into InterleavedUnsigned's layout. Columns
-/// past `cols` get zero quants and scales.
+/// past `cols` get zero quants and scales. AVX-512
+/// (quantized_interleave_avx512.cpp): the CPU must have AVX-512 F and BW.
 void interleave_unsigned(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
                          size_t cols, size_t k, uint8_t* __restrict__ q, float* __restrict__ d);
 
