@@ -396,3 +396,59 @@ TEST_CASE("interleave_unsigned puts quad t of 16 columns side by side, zeros pas
     }
   }
 }
+
+TEST_CASE(
+    "interleave_super_wide lays out the decoded columns of every K-quant, zeros past the last",
+    "[quantized_matmul]") {
+  if (!matmul_isa_supported(MatmulIsa::Avx512)) {
+    WARN("skipped: this CPU has no AVX-512 VNNI");
+    return;
+  }
+  std::mt19937 rng(37);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  constexpr size_t k = 512; // 2 super-blocks
+  constexpr size_t subs = k / 16;
+  for (TensorType type :
+       {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    for (size_t cols : {16, 11, 1}) {
+      std::vector<float> values(cols * k);
+      for (float& v : values)
+        v = uniform(rng);
+      const std::vector<uint8_t> bytes = quantize_row(type, values.data(), cols * k);
+      const size_t row_bytes = tensor_row_bytes(type, k);
+      // The reference: each column decoded on its own (checked against
+      // ggml's values above), zeros past the last.
+      std::vector<uint8_t> dq(kWideLaneGroupCols * k, 0);
+      std::vector<int8_t> dscales(kWideLaneGroupCols * subs, 0);
+      std::vector<int16_t> dmins(kWideLaneGroupCols * subs, 0);
+      std::vector<float> dd(kWideLaneGroupCols * k / 256, 0.0f), ddmin(dd.size(), 0.0f);
+      for (size_t j = 0; j < cols; ++j)
+        decode_weight_row(type, bytes.data() + j * row_bytes, k, j, dq.data(), dd.data(),
+                          ddmin.data(), dscales.data(), dmins.data());
+      // Filled with values the interleave must overwrite everywhere.
+      std::vector<uint8_t> q(kWideLaneGroupCols * k, 0xAB);
+      std::vector<int32_t> scales(kWideLaneGroupCols * subs, -7);
+      std::vector<int16_t> mins(kWideLaneGroupCols * subs, -7);
+      std::vector<float> d(kWideLaneGroupCols * k / 256, -1.0f), dmin(d.size(), -1.0f);
+      interleave_super_wide(type, bytes.data(), row_bytes, cols, k,
+                            {q.data(), scales.data(), mins.data(), d.data(), dmin.data()});
+      const bool with_min = quant_kind(type) == QuantKind::kSuperWithMin;
+      INFO(to_string(type) << ", " << cols << " columns");
+      for (size_t j = 0; j < kWideLaneGroupCols; ++j) {
+        INFO("column " << j);
+        for (size_t b = 0; b < k / 256; ++b) {
+          // decode_weight_row puts column j's super-block b at [j * k / 256 + b].
+          REQUIRE(d[kWideLaneGroupCols * b + j] == dd[j * (k / 256) + b]);
+          if (with_min)
+            REQUIRE(dmin[kWideLaneGroupCols * b + j] == ddmin[j * (k / 256) + b]);
+        }
+        for (size_t i = 0; i < k; ++i)
+          REQUIRE(q[(i / 4 * kWideLaneGroupCols + j) * 4 + i % 4] == dq[j * k + i]);
+        for (size_t s = 0; s < subs; ++s) {
+          REQUIRE(scales[s * kWideLaneGroupCols + j] == dscales[j * subs + s]);
+          REQUIRE(mins[2 * (s / 2 * kWideLaneGroupCols + j) + s % 2] == dmins[j * subs + s]);
+        }
+      }
+    }
+  }
+}

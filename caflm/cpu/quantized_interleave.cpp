@@ -1,7 +1,6 @@
 // Weight rows of one column group interleaved for the lane kernels: the
 // same quant of 8 (AVX2) or 16 (AVX-512) columns side by side in one vector.
-// The AVX-512 interleave of the legacy types is in
-// quantized_interleave_avx512.cpp.
+// The AVX-512 interleaves are in quantized_interleave_avx512.cpp.
 #include "caflm/cpu/quantized_matmul.hpp"
 
 #include "caflm/cpu/block_readers.hpp"
@@ -143,52 +142,6 @@ void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q
 #pragma GCC unroll 8
     for (size_t t = 0; t < 8; ++t)
       store(mins + 16 * (pair0 + t), out[t]);
-  }
-}
-
-void interleave_super_wide(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
-                           int32_t* __restrict__ scales, int16_t* __restrict__ mins) {
-  const size_t subs = k / 16;
-  __m256i in[kLaneGroupCols], out[kLaneGroupCols];
-  // Columns 8h .. 8h + 7 go to the low (h = 0) or high (h = 1) half of each
-  // 16-column row of the layout.
-  for (size_t h = 0; h < kWideLaneGroupCols / kLaneGroupCols; ++h) {
-    const uint8_t* w_q = w.q + kLaneGroupCols * h * k;
-    const int8_t* w_scales = w.scales + kLaneGroupCols * h * subs;
-    const int16_t* w_mins = w.mins + kLaneGroupCols * h * subs;
-    // Quants: 32 values (8 quads) of each column at a time.
-    for (size_t chunk = 0; chunk < k / 32; ++chunk) {
-#pragma GCC unroll 8
-      for (size_t j = 0; j < kLaneGroupCols; ++j)
-        in[j] = load32(w_q + j * k + 32 * chunk);
-      transpose_8x8_epi32(in, out);
-#pragma GCC unroll 8
-      for (size_t t = 0; t < 8; ++t)
-        store(q + (8 * chunk + t) * 64 + 32 * h, out[t]);
-    }
-    // Scales: 8 of each column at a time, widened to int32.
-    for (size_t s0 = 0; s0 < subs; s0 += 8) {
-#pragma GCC unroll 8
-      for (size_t j = 0; j < kLaneGroupCols; ++j) {
-        int64_t eight;
-        std::memcpy(&eight, w_scales + j * subs + s0, 8);
-        in[j] = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(eight));
-      }
-      transpose_8x8_epi32(in, out);
-#pragma GCC unroll 8
-      for (size_t t = 0; t < 8; ++t)
-        store(scales + kWideLaneGroupCols * (s0 + t) + kLaneGroupCols * h, out[t]);
-    }
-    // Mins: 8 pairs of 16s (one int32 each) of each column at a time.
-    for (size_t pair0 = 0; pair0 < subs / 2; pair0 += 8) {
-#pragma GCC unroll 8
-      for (size_t j = 0; j < kLaneGroupCols; ++j)
-        in[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_mins + j * subs + 2 * pair0));
-      transpose_8x8_epi32(in, out);
-#pragma GCC unroll 8
-      for (size_t t = 0; t < 8; ++t)
-        store(mins + 2 * (kWideLaneGroupCols * (pair0 + t) + kLaneGroupCols * h), out[t]);
-    }
   }
 }
 

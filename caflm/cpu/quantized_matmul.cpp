@@ -275,20 +275,25 @@ void q8_0_linear_avx512(TensorType type, const uint8_t* w_bytes, size_t w_row_by
   });
 }
 
-// One thread's scratch for an AVX-512 K-quant lane group of k-value columns.
+// One thread's scratch for an AVX-512 K-quant lane group of k-value
+// columns: InterleavedSuperWideOut's arrays.
 struct WideSuperLaneScratch {
-  DecodedSuperGroup<kWideLaneGroupCols> decoded;
-  std::vector<uint8_t> lane_q; // interleaved: InterleavedSuperWide's arrays
-  std::vector<int32_t> lane_scales;
-  std::vector<int16_t> lane_mins;
+  size_t k = 0;
+  std::vector<uint8_t> q;
+  std::vector<int32_t> scales;
+  std::vector<int16_t> mins;
+  std::vector<float> d;
+  std::vector<float> dmin;
 
-  void fit(size_t k) {
-    if (decoded.k == k)
+  void fit(size_t columns_k) {
+    if (k == columns_k)
       return;
-    decoded.fit(k);
-    lane_q.resize(kWideLaneGroupCols * k);
-    lane_scales.resize(kWideLaneGroupCols * k / 16);
-    lane_mins.resize(kWideLaneGroupCols * k / 16);
+    k = columns_k;
+    q.resize(kWideLaneGroupCols * k);
+    scales.resize(kWideLaneGroupCols * k / 16);
+    mins.resize(kWideLaneGroupCols * k / 16);
+    d.resize(kWideLaneGroupCols * k / 256);
+    dmin.resize(kWideLaneGroupCols * k / 256);
   }
 };
 
@@ -303,9 +308,9 @@ void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind
   for_each_column_group(n, kWideLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local WideSuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
-    scratch.decoded.decode(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols);
-    interleave_super_wide(scratch.decoded.columns(), k, scratch.lane_q.data(),
-                          scratch.lane_scales.data(), scratch.lane_mins.data());
+    interleave_super_wide(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k,
+                          {scratch.q.data(), scratch.scales.data(), scratch.mins.data(),
+                           scratch.d.data(), scratch.dmin.data()});
     WideSuperLaneGroupProblem p{};
     p.kind = kind;
     p.k = k;
@@ -313,10 +318,9 @@ void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind
     p.x_q = rows.q;
     p.x_d = rows.d;
     p.x_bsums = rows.bsums;
-    p.w = InterleavedSuperWide{scratch.lane_q.data(), scratch.lane_scales.data(),
-                               scratch.lane_mins.data()};
-    p.d = scratch.decoded.d.data();
-    p.dmin = scratch.decoded.dmin.data();
+    p.w = InterleavedSuperWide{scratch.q.data(), scratch.scales.data(), scratch.mins.data()};
+    p.d = scratch.d.data();
+    p.dmin = scratch.dmin.data();
     p.scale_quads = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K ? 8 : 4;
     p.cols = cols;
     p.y = y + col0;

@@ -286,7 +286,7 @@ struct WideLaneGroupProblem {
 void dot_q8_0_lanes_avx512(const WideLaneGroupProblem& p);
 
 /// K-quant weight rows of one AVX-512 column group (kWideLaneGroupCols
-/// columns, decoded as DecodedColumns, then interleaved): one vector holds
+/// columns, interleaved): one vector holds
 /// the same 4 stored quants of all 16 columns, each 16 values' scale sits
 /// in its column's int32 lane, and each pair of 16s' mins in its column's
 /// int32 lane as two int16s.
@@ -296,10 +296,22 @@ struct InterleavedSuperWide {
   const int16_t* mins;   // [k / 32, kWideLaneGroupCols, 2] mins of 16s 2t and 2t + 1
 };
 
-/// Interleaves a decoded K-quant group's kWideLaneGroupCols columns (k
-/// values each; q, scales and mins) into InterleavedSuperWide's layout.
-void interleave_super_wide(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
-                           int32_t* __restrict__ scales, int16_t* __restrict__ mins);
+/// Where interleave_super_wide writes: InterleavedSuperWide's arrays, and
+/// each super-block's d and dmin in their columns' lanes.
+struct InterleavedSuperWideOut {
+  uint8_t* q;      // [k / 4, kWideLaneGroupCols, 4]
+  int32_t* scales; // [k / 16, kWideLaneGroupCols]
+  int16_t* mins;   // [k / 32, kWideLaneGroupCols, 2]
+  float* d;        // [k / 256, kWideLaneGroupCols]
+  float* dmin;     // [k / 256, kWideLaneGroupCols] (zeros for Q3_K and Q6_K)
+};
+
+/// Interleaves the rows `rows + j * row_bytes` (j < cols, each k values) of
+/// a K-quant weight into InterleavedSuperWide's layout, straight from their
+/// blocks. Columns past `cols` get zeros. AVX-512
+/// (quantized_interleave_avx512.cpp): the CPU must have AVX-512 F and BW.
+void interleave_super_wide(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                           size_t cols, size_t k, const InterleavedSuperWideOut& out);
 
 /// One AVX-512 K-quant column group against at least kInterleaveMinRows
 /// rows of x. Per output element the float operations of dot_group_avx512
