@@ -397,6 +397,83 @@ TEST_CASE("interleave_unsigned puts quad t of 16 columns side by side, zeros pas
   }
 }
 
+namespace {
+
+/// `cols` random rows of a K-quant weight, and each column decoded on its
+/// own (checked against ggml's values above) into a group of `group_cols`,
+/// zeros past the last: the reference of the interleaves' layouts.
+struct DecodedReference {
+  static constexpr size_t k = 512; // 2 super-blocks
+  static constexpr size_t subs = k / 16;
+  std::vector<uint8_t> bytes;
+  size_t row_bytes;
+  std::vector<uint8_t> q;
+  std::vector<int8_t> scales;
+  std::vector<int16_t> mins;
+  std::vector<float> d, dmin;
+
+  DecodedReference(TensorType type, size_t cols, size_t group_cols, std::mt19937& rng)
+    : row_bytes(tensor_row_bytes(type, k))
+    , q(group_cols * k, 0)
+    , scales(group_cols * subs, 0)
+    , mins(group_cols * subs, 0)
+    , d(group_cols * k / 256, 0.0f)
+    , dmin(d.size(), 0.0f) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> values(cols * k);
+    for (float& v : values)
+      v = uniform(rng);
+    bytes = quantize_row(type, values.data(), cols * k);
+    for (size_t j = 0; j < cols; ++j)
+      decode_weight_row(type, bytes.data() + j * row_bytes, k, j, q.data(), d.data(), dmin.data(),
+                        scales.data(), mins.data());
+  }
+
+  // decode_weight_row puts column j's super-block b at [j * k / 256 + b].
+  float d_of(size_t j, size_t b) const { return d[j * (k / 256) + b]; }
+  float dmin_of(size_t j, size_t b) const { return dmin[j * (k / 256) + b]; }
+};
+
+constexpr TensorType kSuperTypes[] = {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                                      TensorType::Q5_K, TensorType::Q6_K};
+
+} // namespace
+
+TEST_CASE("interleave_super lays out the decoded columns of every K-quant, zeros past the last",
+          "[quantized_matmul]") {
+  std::mt19937 rng(41);
+  constexpr size_t k = DecodedReference::k, subs = DecodedReference::subs;
+  for (TensorType type : kSuperTypes) {
+    for (size_t cols : {8, 5, 1}) {
+      const DecodedReference ref(type, cols, kLaneGroupCols, rng);
+      // Filled with values the interleave must overwrite everywhere.
+      std::vector<uint8_t> q(kLaneGroupCols * k, 0xAB);
+      std::vector<int16_t> scales(2 * kLaneGroupCols * subs, -7);
+      std::vector<int16_t> mins(kLaneGroupCols * subs, -7);
+      std::vector<float> d(kLaneGroupCols * k / 256, -1.0f), dmin(d.size(), -1.0f);
+      interleave_super(type, ref.bytes.data(), ref.row_bytes, cols, k,
+                       {q.data(), scales.data(), mins.data(), d.data(), dmin.data()});
+      const bool with_min = quant_kind(type) == QuantKind::kSuperWithMin;
+      INFO(to_string(type) << ", " << cols << " columns");
+      for (size_t j = 0; j < kLaneGroupCols; ++j) {
+        INFO("column " << j);
+        for (size_t b = 0; b < k / 256; ++b) {
+          REQUIRE(d[kLaneGroupCols * b + j] == ref.d_of(j, b));
+          REQUIRE(dmin[kLaneGroupCols * b + j] == (with_min ? ref.dmin_of(j, b) : 0.0f));
+        }
+        for (size_t i = 0; i < k; ++i)
+          REQUIRE(q[(i / 4 * kLaneGroupCols + j) * 4 + i % 4] == ref.q[j * k + i]);
+        for (size_t s = 0; s < subs; ++s) {
+          // The scale twice: one int32 lane for madd_epi16.
+          REQUIRE(scales[2 * (s * kLaneGroupCols + j)] == ref.scales[j * subs + s]);
+          REQUIRE(scales[2 * (s * kLaneGroupCols + j) + 1] == ref.scales[j * subs + s]);
+          REQUIRE(mins[2 * (s / 2 * kLaneGroupCols + j) + s % 2] == ref.mins[j * subs + s]);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE(
     "interleave_super_wide lays out the decoded columns of every K-quant, zeros past the last",
     "[quantized_matmul]") {
@@ -405,48 +482,30 @@ TEST_CASE(
     return;
   }
   std::mt19937 rng(37);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  constexpr size_t k = 512; // 2 super-blocks
-  constexpr size_t subs = k / 16;
-  for (TensorType type :
-       {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+  constexpr size_t k = DecodedReference::k, subs = DecodedReference::subs;
+  for (TensorType type : kSuperTypes) {
     for (size_t cols : {16, 11, 1}) {
-      std::vector<float> values(cols * k);
-      for (float& v : values)
-        v = uniform(rng);
-      const std::vector<uint8_t> bytes = quantize_row(type, values.data(), cols * k);
-      const size_t row_bytes = tensor_row_bytes(type, k);
-      // The reference: each column decoded on its own (checked against
-      // ggml's values above), zeros past the last.
-      std::vector<uint8_t> dq(kWideLaneGroupCols * k, 0);
-      std::vector<int8_t> dscales(kWideLaneGroupCols * subs, 0);
-      std::vector<int16_t> dmins(kWideLaneGroupCols * subs, 0);
-      std::vector<float> dd(kWideLaneGroupCols * k / 256, 0.0f), ddmin(dd.size(), 0.0f);
-      for (size_t j = 0; j < cols; ++j)
-        decode_weight_row(type, bytes.data() + j * row_bytes, k, j, dq.data(), dd.data(),
-                          ddmin.data(), dscales.data(), dmins.data());
+      const DecodedReference ref(type, cols, kWideLaneGroupCols, rng);
       // Filled with values the interleave must overwrite everywhere.
       std::vector<uint8_t> q(kWideLaneGroupCols * k, 0xAB);
       std::vector<int32_t> scales(kWideLaneGroupCols * subs, -7);
       std::vector<int16_t> mins(kWideLaneGroupCols * subs, -7);
       std::vector<float> d(kWideLaneGroupCols * k / 256, -1.0f), dmin(d.size(), -1.0f);
-      interleave_super_wide(type, bytes.data(), row_bytes, cols, k,
+      interleave_super_wide(type, ref.bytes.data(), ref.row_bytes, cols, k,
                             {q.data(), scales.data(), mins.data(), d.data(), dmin.data()});
       const bool with_min = quant_kind(type) == QuantKind::kSuperWithMin;
       INFO(to_string(type) << ", " << cols << " columns");
       for (size_t j = 0; j < kWideLaneGroupCols; ++j) {
         INFO("column " << j);
         for (size_t b = 0; b < k / 256; ++b) {
-          // decode_weight_row puts column j's super-block b at [j * k / 256 + b].
-          REQUIRE(d[kWideLaneGroupCols * b + j] == dd[j * (k / 256) + b]);
-          if (with_min)
-            REQUIRE(dmin[kWideLaneGroupCols * b + j] == ddmin[j * (k / 256) + b]);
+          REQUIRE(d[kWideLaneGroupCols * b + j] == ref.d_of(j, b));
+          REQUIRE(dmin[kWideLaneGroupCols * b + j] == (with_min ? ref.dmin_of(j, b) : 0.0f));
         }
         for (size_t i = 0; i < k; ++i)
-          REQUIRE(q[(i / 4 * kWideLaneGroupCols + j) * 4 + i % 4] == dq[j * k + i]);
+          REQUIRE(q[(i / 4 * kWideLaneGroupCols + j) * 4 + i % 4] == ref.q[j * k + i]);
         for (size_t s = 0; s < subs; ++s) {
-          REQUIRE(scales[s * kWideLaneGroupCols + j] == dscales[j * subs + s]);
-          REQUIRE(mins[2 * (s / 2 * kWideLaneGroupCols + j) + s % 2] == dmins[j * subs + s]);
+          REQUIRE(scales[s * kWideLaneGroupCols + j] == ref.scales[j * subs + s]);
+          REQUIRE(mins[2 * (s / 2 * kWideLaneGroupCols + j) + s % 2] == ref.mins[j * subs + s]);
         }
       }
     }

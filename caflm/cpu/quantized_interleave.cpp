@@ -4,6 +4,7 @@
 #include "caflm/cpu/quantized_matmul.hpp"
 
 #include "caflm/cpu/block_readers.hpp"
+#include "caflm/cpu/super_block_readers.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
 
 #include <immintrin.h>
@@ -103,46 +104,85 @@ int unsigned_offset(TensorType type) {
   return type == TensorType::Q8_0 ? 128 : stored_offset(type);
 }
 
-void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
-                      int16_t* __restrict__ scales, int16_t* __restrict__ mins) {
-  const size_t subs = k / 16;
-  __m256i in[kLaneGroupCols], out[kLaneGroupCols];
-  // Quants: 32 values (8 quads) of each column at a time.
-  for (size_t chunk = 0; chunk < k / 32; ++chunk) {
-#pragma GCC unroll 8
+namespace {
+
+template <TensorType kType>
+void interleave_super_blocks(const uint8_t* __restrict__ rows, size_t row_bytes, size_t cols,
+                             size_t k, const InterleavedSuperOut& out) {
+  using Blocks = SuperBlocks<kType>;
+  using Block = typename Blocks::Block;
+  for (size_t b = 0; b < k / 256; ++b) {
+    const uint8_t* block[kLaneGroupCols];
     for (size_t j = 0; j < kLaneGroupCols; ++j)
-      in[j] = load32(w.q + j * k + 32 * chunk);
-    transpose_8x8_epi32(in, out);
+      block[j] = block_at<Block>(rows + (j < cols ? j : 0) * row_bytes, b);
+    __m256i in[kLaneGroupCols], out_rows[kLaneGroupCols];
+    // Quants: chunk c (32 values, 8 quads) of every column at a time.
+    for (int c = 0; c < 8; ++c) {
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; ++t)
-      store(q + (8 * chunk + t) * 32, out[t]);
-  }
-  // Scales: 8 sub-blocks of each column at a time, each widened to an int32
-  // lane holding the int16 scale twice.
-  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
-  for (size_t s0 = 0; s0 < subs; s0 += 8) {
+      for (size_t j = 0; j < kLaneGroupCols; ++j)
+        in[j] = j < cols ? Blocks::quants(block[j], c) : _mm256_setzero_si256();
+      transpose_8x8_epi32(in, out_rows);
 #pragma GCC unroll 8
-    for (size_t j = 0; j < kLaneGroupCols; ++j) {
-      int64_t eight;
-      std::memcpy(&eight, w.scales + j * subs + s0, 8);
-      const __m256i wide = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(eight));
-      in[j] = _mm256_or_si256(_mm256_and_si256(wide, low16), _mm256_slli_epi32(wide, 16));
+      for (size_t t = 0; t < 8; ++t)
+        store(out.q + (64 * b + 8 * c + t) * 32, out_rows[t]);
     }
-    transpose_8x8_epi32(in, out);
+    alignas(16) int8_t scales[kLaneGroupCols][16] = {};
+    alignas(32) int16_t mins[kLaneGroupCols][16] = {};
+    float* d = out.d + kLaneGroupCols * b;
+    float* dmin = out.dmin + kLaneGroupCols * b;
+    for (size_t j = 0; j < kLaneGroupCols; ++j) {
+      d[j] = 0.0f;
+      dmin[j] = 0.0f;
+      if (j < cols)
+        Blocks::scales(block[j], scales[j], mins[j], &d[j], &dmin[j]);
+    }
+    // Scales: 16s 8h .. 8h + 7 of every column, each widened to an int32
+    // lane holding the int16 scale twice.
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+    for (size_t h = 0; h < 2; ++h) {
 #pragma GCC unroll 8
-    for (size_t t = 0; t < 8; ++t)
-      store(scales + 16 * (s0 + t), out[t]);
-  }
-  // Mins: 8 pairs of sub-blocks (one int32 each) of each column at a time.
-  for (size_t pair0 = 0; pair0 < subs / 2; pair0 += 8) {
+      for (size_t j = 0; j < kLaneGroupCols; ++j) {
+        int64_t eight;
+        std::memcpy(&eight, scales[j] + 8 * h, 8);
+        const __m256i wide = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(eight));
+        in[j] = _mm256_or_si256(_mm256_and_si256(wide, low16), _mm256_slli_epi32(wide, 16));
+      }
+      transpose_8x8_epi32(in, out_rows);
+#pragma GCC unroll 8
+      for (size_t t = 0; t < 8; ++t)
+        store(out.scales + 16 * (16 * b + 8 * h + t), out_rows[t]);
+    }
+    // Mins: the 8 pairs of 16s of every column, a pair per int32.
 #pragma GCC unroll 8
     for (size_t j = 0; j < kLaneGroupCols; ++j)
-      in[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.mins + j * subs + 2 * pair0));
-    transpose_8x8_epi32(in, out);
+      in[j] = load32(mins[j]);
+    transpose_8x8_epi32(in, out_rows);
 #pragma GCC unroll 8
     for (size_t t = 0; t < 8; ++t)
-      store(mins + 16 * (pair0 + t), out[t]);
+      store(out.mins + 16 * (8 * b + t), out_rows[t]);
   }
+}
+
+} // namespace
+
+void interleave_super(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                      size_t cols, size_t k, const InterleavedSuperOut& out) {
+  switch (type) {
+  case TensorType::Q2_K:
+    return interleave_super_blocks<TensorType::Q2_K>(rows, row_bytes, cols, k, out);
+  case TensorType::Q3_K:
+    return interleave_super_blocks<TensorType::Q3_K>(rows, row_bytes, cols, k, out);
+  case TensorType::Q4_K:
+    return interleave_super_blocks<TensorType::Q4_K>(rows, row_bytes, cols, k, out);
+  case TensorType::Q5_K:
+    return interleave_super_blocks<TensorType::Q5_K>(rows, row_bytes, cols, k, out);
+  case TensorType::Q6_K:
+    return interleave_super_blocks<TensorType::Q6_K>(rows, row_bytes, cols, k, out);
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string("interleave_super: ") + to_string(type) +
+                              " is not a K-quant type");
 }
 
 } // namespace caflm::detail

@@ -345,12 +345,15 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     thread_local SuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
-    if (!in_place)
+    // 1-3 rows read the decoded columns (or, in place, the blocks), more
+    // the interleaved ones, which come straight from the blocks.
+    if (m >= kInterleaveMinRows)
+      interleave_super(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k,
+                       {scratch.lane_q.data(), scratch.lane_scales.data(), scratch.lane_mins.data(),
+                        scratch.decoded.d.data(), scratch.decoded.dmin.data()});
+    else if (!in_place)
       scratch.decoded.decode(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols);
     const DecodedColumns decoded = scratch.decoded.columns();
-    if (m >= kInterleaveMinRows)
-      interleave_super(decoded, k, scratch.lane_q.data(), scratch.lane_scales.data(),
-                       scratch.lane_mins.data());
     SuperLaneGroupProblem p{};
     p.kind = kind;
     p.type = w.type;

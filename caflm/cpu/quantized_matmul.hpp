@@ -184,7 +184,7 @@ struct LaneGroupProblem {
 void dot_q8_0_lanes_avx2(const LaneGroupProblem& p);
 
 /// K-quant weight rows of one AVX2 column group (kLaneGroupCols columns,
-/// decoded as DecodedColumns, then interleaved): one vector holds the same
+/// interleaved): one vector holds the same
 /// 4 quants of all 8 columns, as in InterleavedQ8_0, and each sub-block's
 /// scales and each pair of sub-blocks' mins sit in the int32 lanes of their
 /// columns, ready for _mm256_madd_epi16.
@@ -194,10 +194,21 @@ struct InterleavedSuper {
   const int16_t* mins;   // [k / 32, kLaneGroupCols, 2] mins of sub-blocks 2t and 2t + 1
 };
 
-/// Interleaves a decoded K-quant group's kLaneGroupCols columns (k values
-/// each; q, scales and mins) into InterleavedSuper's layout.
-void interleave_super(const DecodedColumns& w, size_t k, uint8_t* __restrict__ q,
-                      int16_t* __restrict__ scales, int16_t* __restrict__ mins);
+/// Where interleave_super writes: InterleavedSuper's arrays, and each
+/// super-block's d and dmin in their columns' lanes.
+struct InterleavedSuperOut {
+  uint8_t* q;      // [k / 4, kLaneGroupCols, 4]
+  int16_t* scales; // [k / 16, kLaneGroupCols, 2]
+  int16_t* mins;   // [k / 32, kLaneGroupCols, 2]
+  float* d;        // [k / 256, kLaneGroupCols]
+  float* dmin;     // [k / 256, kLaneGroupCols] (zeros for Q3_K and Q6_K)
+};
+
+/// Interleaves the rows `rows + j * row_bytes` (j < cols, each k values) of
+/// a K-quant weight into InterleavedSuper's layout, straight from their
+/// blocks. Columns past `cols` get zeros.
+void interleave_super(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
+                      size_t cols, size_t k, const InterleavedSuperOut& out);
 
 /// The most quants whose maddubs products one int16 lane can sum before a
 /// sub-block's scale is applied: 4 (a whole sub-block of 16), or 2 for
