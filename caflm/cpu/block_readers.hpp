@@ -116,6 +116,16 @@ struct SignedBlocks<TensorType::Q5_0> {
   }
 };
 
+/// The 32 quants of a block as vpdpbusd's unsigned operand takes them:
+/// Q8_0's plus 128, Q4_0's and Q5_0's as stored.
+template <typename Blocks>
+inline __m256i unsigned_quants(const std::uint8_t* block) {
+  if constexpr (Blocks::kOffset != 0)
+    return Blocks::stored(block);
+  else
+    return _mm256_xor_si256(Blocks::quants(block), _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+
 // The 12 packed bytes of Q4_K/Q5_K scales and mins (6 bits each) as 8 scales
 // (bytes 0-7) and 8 mins (bytes 8-15), as ggml's get_scale_min_k4 reads them:
 // j < 4: scale = b[j] & 63, min = b[j + 4] & 63; j >= 4: scale = (b[j + 4] &

@@ -61,16 +61,6 @@ inline __attribute__((always_inline)) void transpose_halves_8x8_epi32(const __m5
   });
 }
 
-/// The 32 quants of a block as vpdpbusd's unsigned operand takes them:
-/// Q8_0's plus 128, Q4_0's and Q5_0's as stored.
-template <typename Blocks>
-inline __m256i unsigned_quants(const std::uint8_t* block) {
-  if constexpr (Blocks::kOffset != 0)
-    return Blocks::stored(block);
-  else
-    return _mm256_xor_si256(Blocks::quants(block), _mm256_set1_epi8(static_cast<char>(0x80)));
-}
-
 /// The 16 columns' rows, `rows + j * row_bytes` for j < cols; those past a
 /// ragged group's last column read column 0's, and `keep` (one bit per
 /// column) zeroes them after: one branch-free loop for every group.

@@ -50,14 +50,6 @@ inline __m512i load_half(const void* p) {
   return _mm512_maskz_loadu_epi8(__mmask64{0xFFFFFFFFu}, p);
 }
 
-// Lanes 4L .. 4L + 3 of the result: the sums of 128-bit lane L of v0, v1, v2
-// and v3, exact (integer adds, in any order the same).
-inline __m512i lane_sums(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
-  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
-  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v3), _mm512_unpackhi_epi32(v2, v3));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-
 // The whole sums of v0 .. v3 in lanes 0 .. 3.
 inline __m128i whole_sums(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
   const __m512i c = lane_sums(v0, v1, v2, v3);

@@ -149,10 +149,11 @@ std::pair<const uint8_t*, size_t> next_group_rows(const uint8_t* w_bytes, size_t
 }
 
 // Q8_0, Q4_0 and Q5_0 on AVX2: groups of kLaneGroupCols columns,
-// interleaved as Q8_0 quants, against all rows of x.
+// interleaved as Q8_0 quants, against all rows of x. `avx512_rows`: 1 to 3
+// rows take the in-place kernel's vpdpbusd form (the CPU has AVX-512 VNNI).
 void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_bytes, size_t n,
                       size_t k, const QuantizedRows& rows, size_t m, float* __restrict__ y,
-                      const float* __restrict__ bias) {
+                      const float* __restrict__ bias, bool avx512_rows) {
   for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
     // This thread's interleaved column group, grown once.
     thread_local std::vector<uint8_t> q_abs;
@@ -179,7 +180,10 @@ void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_byte
     p.y_stride = n;
     p.bias = bias != nullptr ? bias + col0 : nullptr;
     std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
-    dot_q8_0_lanes_avx2(p);
+    if (avx512_rows && m < kInterleaveMinRows)
+      dot_q8_0_rows_avx512(p);
+    else
+      dot_q8_0_lanes_avx2(p);
   });
 }
 
@@ -437,7 +441,8 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
   const bool avx2_lanes = isa == MatmulIsa::Avx2 || m < kInterleaveMinRows;
   if (kind == QuantKind::kLegacySigned || kind == QuantKind::kLegacyOffset) {
     if (avx2_lanes)
-      q8_0_linear_avx2(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
+      q8_0_linear_avx2(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias,
+                       isa != MatmulIsa::Avx2);
     else
       q8_0_linear_avx512(w.type, w_bytes, w_row_bytes, n, k, rows, m, y, bias);
     return;

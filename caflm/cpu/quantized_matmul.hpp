@@ -182,6 +182,9 @@ struct LaneGroupProblem {
   size_t next_bytes;
 };
 void dot_q8_0_lanes_avx2(const LaneGroupProblem& p);
+/// dot_q8_0_lanes_avx2's in-place path (1 to 3 rows) with vpdpbusd, the same
+/// bits (quantized_rows_avx512.cpp): the CPU must have AVX-512 VNNI.
+void dot_q8_0_rows_avx512(const LaneGroupProblem& p);
 
 /// K-quant weight rows of one AVX2 column group (kLaneGroupCols columns,
 /// interleaved): one vector holds the same

@@ -86,6 +86,14 @@ inline void prefetch_next_slice(const uint8_t* next, size_t next_bytes, size_t s
 inline float hsum16(__m512 v) {
   return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
+
+// Lanes 4L .. 4L + 3 of the result: the sums of 128-bit lane L of v0, v1, v2
+// and v3, exact (integer adds, in any order the same).
+inline __m512i lane_sums(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v3), _mm512_unpackhi_epi32(v2, v3));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
 #endif
 
 } // namespace
