@@ -7,9 +7,9 @@
 // A single sequence's decode reads every weight once, so its kernel should
 // keep pace with the memory. The AVX2 in-place kernel spends five 256-bit
 // operations on each block of 32 quants of a column (abs, sign, maddubs,
-// madd and the load) and ran at 29-34 GB/s of Q8_0 weights with them in
-// cache (2 threads, Zen 5), below the 50 GB/s the memory gives there; here
-// one vpdpbusd takes two blocks.
+// madd and the load) and ran at 29-49 GB/s of Q8_0 weights even with them
+// in cache (2 threads, Zen 5), about what the memory gives there; here one
+// vpdpbusd takes two blocks, and one gather both blocks' scales.
 //
 // The bits are those of the AVX2 kernel: per block and column the exact
 // integer dot product S (the unsigned quants' sum less offset * sum(x)),
