@@ -95,8 +95,8 @@ __attribute__((flatten, noinline)) void rows_block(const LaneGroupProblem& p, st
       unrolled<MR>(
           [&](int i) { dots[i][j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x[i]); });
     });
-    // Both blocks' f16 scales in one gather (a scalar load each, stored and
-    // reloaded as a vector, stalled on store forwarding at every block).
+    // Both blocks' f16 scales in one gather: scalar loads stored to an
+    // array and reloaded as a vector stalled on store forwarding each time.
     const auto lanes =
         static_cast<__mmask16>(second ? group_lanes | group_lanes << 8 : group_lanes);
     const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lanes, scale_offsets,
