@@ -88,22 +88,9 @@ void decode_super_row(TensorType type, const uint8_t* row, size_t k, size_t col,
   q += col * k;
   scales += col * (k / 16);
   mins += col * (k / 16);
-  switch (type) {
-  case TensorType::Q2_K:
-    return decode_super<TensorType::Q2_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
-  case TensorType::Q3_K:
-    return decode_super<TensorType::Q3_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
-  case TensorType::Q4_K:
-    return decode_super<TensorType::Q4_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
-  case TensorType::Q5_K:
-    return decode_super<TensorType::Q5_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
-  case TensorType::Q6_K:
-    return decode_super<TensorType::Q6_K>(row, nb, q, scales, mins, d, dmin, scale_stride);
-  default:
-    break;
-  }
-  throw std::invalid_argument(std::string("linear: weight type ") + to_string(type) +
-                              " is not a K-quant type");
+  visit_super_type(type, "linear: weight type", [&](auto kType) {
+    decode_super<decltype(kType)::value>(row, nb, q, scales, mins, d, dmin, scale_stride);
+  });
 }
 
 void decode_weight_row(TensorType type, const uint8_t* __restrict__ row, size_t k, size_t col,

@@ -188,22 +188,9 @@ void interleave_unsigned(TensorType type, const std::uint8_t* __restrict__ rows,
 void interleave_super_wide(TensorType type, const std::uint8_t* __restrict__ rows,
                            std::size_t row_bytes, std::size_t cols, std::size_t k,
                            const InterleavedSuperWideOut& out) {
-  switch (type) {
-  case TensorType::Q2_K:
-    return interleave_super_blocks<TensorType::Q2_K>(rows, row_bytes, cols, k, out);
-  case TensorType::Q3_K:
-    return interleave_super_blocks<TensorType::Q3_K>(rows, row_bytes, cols, k, out);
-  case TensorType::Q4_K:
-    return interleave_super_blocks<TensorType::Q4_K>(rows, row_bytes, cols, k, out);
-  case TensorType::Q5_K:
-    return interleave_super_blocks<TensorType::Q5_K>(rows, row_bytes, cols, k, out);
-  case TensorType::Q6_K:
-    return interleave_super_blocks<TensorType::Q6_K>(rows, row_bytes, cols, k, out);
-  default:
-    break;
-  }
-  throw std::invalid_argument(std::string("interleave_super_wide: ") + to_string(type) +
-                              " is not a K-quant type");
+  visit_super_type(type, "interleave_super_wide:", [&](auto kType) {
+    interleave_super_blocks<decltype(kType)::value>(rows, row_bytes, cols, k, out);
+  });
 }
 
 } // namespace caflm::detail

@@ -12,6 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "caflm/cpu/block_readers.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
@@ -151,6 +154,29 @@ struct SuperBlocks<TensorType::Q6_K> {
     store(mins, _mm256_slli_epi16(_mm256_cvtepi8_epi16(scales8), 5)); // 32 * scale
   }
 };
+
+/// Calls f(std::integral_constant<TensorType, type>{}) for a K-quant
+/// `type`, where SuperBlocks<type> reads its blocks; throws
+/// std::invalid_argument ("<who> <type> is not a K-quant type") for any
+/// other.
+template <typename F>
+decltype(auto) visit_super_type(TensorType type, const char* who, F&& f) {
+  switch (type) {
+  case TensorType::Q2_K:
+    return f(std::integral_constant<TensorType, TensorType::Q2_K>{});
+  case TensorType::Q3_K:
+    return f(std::integral_constant<TensorType, TensorType::Q3_K>{});
+  case TensorType::Q4_K:
+    return f(std::integral_constant<TensorType, TensorType::Q4_K>{});
+  case TensorType::Q5_K:
+    return f(std::integral_constant<TensorType, TensorType::Q5_K>{});
+  case TensorType::Q6_K:
+    return f(std::integral_constant<TensorType, TensorType::Q6_K>{});
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string(who) + " " + to_string(type) + " is not a K-quant type");
+}
 
 } // namespace
 } // namespace caflm::detail
