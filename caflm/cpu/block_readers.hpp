@@ -16,6 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "caflm/gguf/quant_blocks.hpp"
 #include "caflm/gguf/tensor_type.hpp"
@@ -115,6 +118,31 @@ struct SignedBlocks<TensorType::Q5_0> {
     return _mm256_sub_epi8(stored(block), _mm256_set1_epi8(kOffset));
   }
 };
+
+/// Calls f(std::integral_constant<TensorType, type>{}) for Q8_0, Q4_0 and
+/// Q5_0, whose blocks SignedBlocks<type> reads; throws
+/// std::invalid_argument ("<who> <type> blocks are not Q8_0, Q4_0 or Q5_0")
+/// for any other type.
+template <typename F>
+decltype(auto) visit_signed_type(TensorType type, const char* who, F&& f) {
+  switch (type) {
+  case TensorType::Q8_0:
+    return f(std::integral_constant<TensorType, TensorType::Q8_0>{});
+  case TensorType::Q4_0:
+    return f(std::integral_constant<TensorType, TensorType::Q4_0>{});
+  case TensorType::Q5_0:
+    return f(std::integral_constant<TensorType, TensorType::Q5_0>{});
+  default:
+    break;
+  }
+  throw std::invalid_argument(std::string(who) + " " + to_string(type) +
+                              " blocks are not Q8_0, Q4_0 or Q5_0");
+}
+
+/// The offset of unsigned_quants(): each dot product with them exceeds the
+/// signed quants' by it times sum(x).
+template <typename Blocks>
+inline constexpr int kUnsignedOffset = Blocks::kOffset != 0 ? Blocks::kOffset : 128;
 
 /// The 32 quants of a block as vpdpbusd's unsigned operand takes them:
 /// Q8_0's plus 128, Q4_0's and Q5_0's as stored.

@@ -10,8 +10,6 @@
 #include <immintrin.h>
 
 #include <cstddef>
-#include <stdexcept>
-#include <string>
 
 namespace caflm::detail {
 
@@ -86,22 +84,15 @@ void interleave_signed(const uint8_t* __restrict__ rows, size_t row_bytes, size_
 void interleave_q8_0(TensorType type, const uint8_t* __restrict__ rows, size_t row_bytes,
                      size_t cols, size_t k, uint8_t* __restrict__ q_abs, int8_t* __restrict__ q,
                      float* __restrict__ d) {
-  switch (type) {
-  case TensorType::Q8_0:
-    return interleave_signed<TensorType::Q8_0>(rows, row_bytes, cols, k, q_abs, q, d);
-  case TensorType::Q4_0:
-    return interleave_signed<TensorType::Q4_0>(rows, row_bytes, cols, k, q_abs, q, d);
-  case TensorType::Q5_0:
-    return interleave_signed<TensorType::Q5_0>(rows, row_bytes, cols, k, q_abs, q, d);
-  default:
-    break;
-  }
-  throw std::invalid_argument(std::string("interleave_q8_0: ") + to_string(type) +
-                              " blocks are not Q8_0, Q4_0 or Q5_0");
+  visit_signed_type(type, "interleave_q8_0:", [&](auto kType) {
+    interleave_signed<decltype(kType)::value>(rows, row_bytes, cols, k, q_abs, q, d);
+  });
 }
 
 int unsigned_offset(TensorType type) {
-  return type == TensorType::Q8_0 ? 128 : stored_offset(type);
+  return visit_signed_type(type, "unsigned_offset:", [](auto kType) {
+    return kUnsignedOffset<SignedBlocks<decltype(kType)::value>>;
+  });
 }
 
 namespace {

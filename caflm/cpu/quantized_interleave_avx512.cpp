@@ -25,8 +25,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "caflm/cpu/block_readers.hpp"
 #include "caflm/cpu/simd_helpers.hpp"
@@ -171,18 +169,9 @@ void interleave_super_blocks(const std::uint8_t* __restrict__ rows, std::size_t 
 void interleave_unsigned(TensorType type, const std::uint8_t* __restrict__ rows,
                          std::size_t row_bytes, std::size_t cols, std::size_t k,
                          std::uint8_t* __restrict__ q, float* __restrict__ d) {
-  switch (type) {
-  case TensorType::Q8_0:
-    return interleave_unsigned_blocks<TensorType::Q8_0>(rows, row_bytes, cols, k, q, d);
-  case TensorType::Q4_0:
-    return interleave_unsigned_blocks<TensorType::Q4_0>(rows, row_bytes, cols, k, q, d);
-  case TensorType::Q5_0:
-    return interleave_unsigned_blocks<TensorType::Q5_0>(rows, row_bytes, cols, k, q, d);
-  default:
-    break;
-  }
-  throw std::invalid_argument(std::string("interleave_unsigned: ") + to_string(type) +
-                              " blocks are not Q8_0, Q4_0 or Q5_0");
+  visit_signed_type(type, "interleave_unsigned:", [&](auto kType) {
+    interleave_unsigned_blocks<decltype(kType)::value>(rows, row_bytes, cols, k, q, d);
+  });
 }
 
 void interleave_super_wide(TensorType type, const std::uint8_t* __restrict__ rows,

@@ -267,7 +267,7 @@ struct InterleavedUnsigned {
 };
 
 /// The offset of InterleavedUnsigned's quants: 128 for Q8_0, else
-/// stored_offset().
+/// stored_offset(). Throws std::invalid_argument for other types.
 int unsigned_offset(TensorType type);
 
 /// Interleaves the rows `rows + j * row_bytes` (j < cols, each k values) of

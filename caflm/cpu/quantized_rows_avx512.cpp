@@ -38,10 +38,6 @@ namespace caflm::detail {
 
 namespace {
 
-/// The offset of unsigned_quants(): sum(x) times it comes off each sum.
-template <TensorType kType>
-constexpr int kUnsignedOffset = kType == TensorType::Q8_0 ? 128 : SignedBlocks<kType>::kOffset;
-
 /// MR rows from row0 against the group's kLaneGroupCols columns. Each
 /// column's two blocks b, b + 1 fill one vector of unsigned quants; a
 /// vpdpbusd per row leaves block b's products in lanes 0-7 and b + 1's in
@@ -75,7 +71,8 @@ __attribute__((flatten, noinline)) void rows_block(const LaneGroupProblem& p, st
   // The float steps of block b from its 8 exact column sums and scales.
   const auto add_block = [&](std::size_t b, int i, __m256i sums, __m256 w_d) {
     const std::size_t at = (row0 + i) * nb + b;
-    sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(kUnsignedOffset<kType> * p.x_sums[at]));
+    sums = _mm256_sub_epi32(sums,
+                            _mm256_set1_epi32(kUnsignedOffset<SignedBlocks<kType>> * p.x_sums[at]));
     acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(p.x_d[at])),
                              w_d, acc[i]);
   };
@@ -151,17 +148,8 @@ void rows_of(const LaneGroupProblem& p) {
 } // namespace
 
 void dot_q8_0_rows_avx512(const LaneGroupProblem& p) {
-  switch (p.type) {
-  case TensorType::Q8_0:
-    return rows_of<TensorType::Q8_0>(p);
-  case TensorType::Q4_0:
-    return rows_of<TensorType::Q4_0>(p);
-  case TensorType::Q5_0:
-    return rows_of<TensorType::Q5_0>(p);
-  default:
-    break;
-  }
-  throw std::invalid_argument("dot_q8_0_rows_avx512: the blocks are not Q8_0, Q4_0 or Q5_0");
+  visit_signed_type(
+      p.type, "dot_q8_0_rows_avx512:", [&](auto kType) { rows_of<decltype(kType)::value>(p); });
 }
 
 } // namespace caflm::detail
