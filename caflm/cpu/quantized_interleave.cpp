@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstring>
 
 namespace caflm::detail {
 

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "caflm/cpu/block_readers.hpp"
 #include "caflm/cpu/simd_helpers.hpp"
