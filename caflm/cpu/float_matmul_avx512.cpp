@@ -3,14 +3,7 @@
 // the CPU has it (matmul_isa_supported).
 #include "caflm/cpu/float_matmul_kernels.hpp"
 
-// GCC 12's AVX-512 intrinsics (_mm512_extractf32x8_ps, _mm512_cvtph_ps...)
-// initialize their pass-through operand from an undefined value, which its
-// own -Wuninitialized flags once inlined; there is nothing uninitialized here.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__) // clang has no such warning, and warns of the unknown name
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "caflm/cpu/avx512_intrinsics.hpp"
 
 namespace caflm {
 namespace {

@@ -8,20 +8,13 @@
 // At 32 rows the interleave is a large share of a group's work (measured on
 // Zen 5, 2048 x 2048 weights from L3: 40% of the Q8_0 lane kernel's time
 // with 256-bit transposes of 8 columns; for Q4_K and Q6_K a decoding pass
-// and an interleaving pass, 45%): each 512-bit shuffle here moves the same 4
+// and an interleaving pass, 46%): each 512-bit shuffle here moves the same 4
 // quants of 16 columns, where two 256-bit ones moved 8 each, and a K-quant
 // chunk goes from its block to its place in registers.
 
-// GCC 12's AVX-512 intrinsics initialize their pass-through operand from an
-// undefined value, which its own -Wuninitialized flags once inlined.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__) // clang has no such warning, and warns of the unknown name
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "caflm/cpu/avx512_intrinsics.hpp"
 
 #include "caflm/cpu/quantized_matmul.hpp"
-
-#include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>

@@ -28,13 +28,7 @@
 // thread: a row of x is bitwise the same alone or among others.
 #include "caflm/cpu/quantized_matmul.hpp"
 
-// As in quantized_kernels_avx512.cpp: GCC 12's AVX-512 intrinsics trip its
-// own -Wuninitialized once inlined.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "caflm/cpu/avx512_intrinsics.hpp"
 
 namespace caflm::detail {
 

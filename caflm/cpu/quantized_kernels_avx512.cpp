@@ -22,14 +22,7 @@
 // step), so they give the same bits.
 #include "caflm/cpu/quantized_matmul.hpp"
 
-// GCC 12's AVX-512 intrinsics (_mm512_cvtepi32_ps, _mm512_extractf32x8_ps...)
-// initialize their pass-through operand from _mm512_undefined_ps(), which its
-// own -Wuninitialized flags once inlined; there is nothing uninitialized here.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__) // clang has no such warning, and warns of the unknown name
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "caflm/cpu/avx512_intrinsics.hpp"
 
 #include <cstring>
 #include <type_traits>

@@ -15,16 +15,9 @@
 // integer dot product S (the unsigned quants' sum less offset * sum(x)),
 // then acc = fma(cvt(S) * d_x, d_w, acc) block after block, then + bias.
 
-// GCC 12's AVX-512 intrinsics initialize their pass-through operand from an
-// undefined value, which its own -Wuninitialized flags once inlined.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__) // clang has no such warning, and warns of the unknown name
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "caflm/cpu/avx512_intrinsics.hpp"
 
 #include "caflm/cpu/quantized_matmul.hpp"
-
-#include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
