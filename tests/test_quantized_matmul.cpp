@@ -271,7 +271,9 @@ TEST_CASE("AVX-512 and AVX2 lane kernels give the bits of the AVX-512 column ker
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   // n = 37: two whole groups of 16 and a ragged one; k = 288: an odd number
   // of blocks (512 for the K-quants: two super-blocks); m crosses the
-  // in-place rows, the AVX-512 kernels' 8-row blocks and their remainders.
+  // in-place rows (AVX-512's Q4_K, Q5_K and Q6_K in blocks of 3 up to
+  // kSuperRowsMaxRows), the AVX-512 kernels' 8-row blocks and their
+  // remainders.
   constexpr size_t n = 37;
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q2_K,
                           TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
@@ -285,7 +287,7 @@ TEST_CASE("AVX-512 and AVX2 lane kernels give the bits of the AVX-512 column ker
     for (float& v : bias)
       v = uniform(rng);
     const WeightView w{type, bytes.data(), n, k};
-    for (size_t m : {1, 2, 3, 4, 7, 8, 13, 16, 21}) {
+    for (size_t m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 21}) {
       std::vector<float> x(m * k);
       for (float& v : x)
         v = uniform(rng);

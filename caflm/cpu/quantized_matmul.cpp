@@ -335,6 +335,34 @@ void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind
   });
 }
 
+// Q4_K, Q5_K and Q6_K on AVX-512 below kSuperRowsMaxRows rows: groups of
+// kLaneGroupCols columns read in place, with no decoding or interleaving.
+void super_rows_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind,
+                              const QuantizedRows& rows, size_t m, float* __restrict__ y,
+                              const float* __restrict__ bias) {
+  const size_t k = w.cols;
+  const size_t n = w.rows;
+  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
+    SuperLaneGroupProblem p{};
+    p.kind = kind;
+    p.type = w.type;
+    p.rows = w_bytes + col0 * w_row_bytes;
+    p.row_bytes = w_row_bytes;
+    p.k = k;
+    p.m = m;
+    p.x_q = rows.q;
+    p.x_d = rows.d;
+    p.x_bsums = rows.bsums;
+    p.cols = cols;
+    p.y = y + col0;
+    p.y_stride = n;
+    p.bias = bias != nullptr ? bias + col0 : nullptr;
+    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
+    dot_super_rows_avx512(p);
+  });
+}
+
 // The K-quants on AVX2: groups of kLaneGroupCols columns, decoded, then
 // interleaved where enough rows of x share the cost, against all rows of x.
 void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
@@ -448,7 +476,9 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     return;
   }
   if (is_super_kind(kind)) {
-    if (avx2_lanes)
+    if (isa != MatmulIsa::Avx2 && m < kSuperRowsMaxRows && super_rows_avx512_takes(w.type))
+      super_rows_linear_avx512(w, w_row_bytes, kind, rows, m, y, bias);
+    else if (avx2_lanes)
       super_linear_avx2(w, w_row_bytes, kind, rows, m, y, bias);
     else
       super_linear_avx512(w, w_row_bytes, kind, rows, m, y, bias);

@@ -252,6 +252,18 @@ struct SuperLaneGroupProblem {
   size_t next_bytes;
 };
 void dot_super_lanes_avx2(const SuperLaneGroupProblem& p);
+/// Whether dot_super_rows_avx512 reads `type`'s blocks.
+inline bool super_rows_avx512_takes(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+}
+/// Rows of x below which AVX-512 machines read Q4_K, Q5_K and Q6_K weights
+/// in place (dot_super_rows_avx512) rather than interleave them.
+inline constexpr size_t kSuperRowsMaxRows = 8;
+/// Fewer than kSuperRowsMaxRows rows of x against a lane group of Q4_K,
+/// Q5_K or Q6_K weight rows read in place (p.rows; p.decoded, p.w, p.d and
+/// p.dmin unused), the bits of the other lane kernels
+/// (quantized_super_rows_avx512.cpp): the CPU must have AVX-512 VNNI.
+void dot_super_rows_avx512(const SuperLaneGroupProblem& p);
 
 /// Output columns the AVX-512 lane kernels take together: one per int32
 /// lane of a 512-bit vector.
