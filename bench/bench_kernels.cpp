@@ -176,6 +176,25 @@ CAFLM_QUANTIZED_BENCHMARKS(Q4_K);
 CAFLM_QUANTIZED_BENCHMARKS(Q5_K);
 CAFLM_QUANTIZED_BENCHMARKS(Q6_K);
 
+// One sequence's decode (M = 1) through TinyLlama-1.1B's FFN projections
+// (2048 to 5632 and back), the weights streamed from memory as in a model's
+// decode step: the in-place kernels against the machine's read bandwidth.
+void quantized_cold_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({1, 2048, 5632});
+  b->Args({1, 5632, 2048});
+  b->ArgNames({"M", "K", "N"})->UseRealTime();
+}
+
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::Q8_0, MatmulIsa::Avx2)->Apply(quantized_cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::Q8_0, MatmulIsa::Avx512)
+    ->Apply(quantized_cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::Q4_K, MatmulIsa::Avx2)->Apply(quantized_cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::Q4_K, MatmulIsa::Avx512)
+    ->Apply(quantized_cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::Q6_K, MatmulIsa::Avx2)->Apply(quantized_cold_shapes);
+BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::Q6_K, MatmulIsa::Avx512)
+    ->Apply(quantized_cold_shapes);
+
 // Args: {M, D}.
 void BM_rms_norm(benchmark::State& state) {
   const auto m = static_cast<size_t>(state.range(0));

@@ -35,11 +35,50 @@ namespace caflm::detail {
 
 namespace {
 
-/// Word indices for vpermw: low half (words 0-15) all `low`, high half all
-/// `high`.
-inline __m512i word_halves(short low, short high) {
-  return _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(low), _mm512_set1_epi16(high));
+/// 64 bytes of constants, read as one vector.
+struct alignas(64) VectorConstant {
+  std::uint8_t bytes[64];
+
+  __m512i load() const { return _mm512_load_si512(bytes); }
+};
+
+/// Words 0-15 all `low`, words 16-31 all `high`.
+constexpr VectorConstant word_halves(std::uint16_t low, std::uint16_t high) {
+  VectorConstant c{};
+  for (int i = 0; i < 32; ++i) {
+    const std::uint16_t word = i < 16 ? low : high;
+    c.bytes[2 * i] = static_cast<std::uint8_t>(word & 0xFF);
+    c.bytes[2 * i + 1] = static_cast<std::uint8_t>(word >> 8);
+  }
+  return c;
 }
+
+/// vpshufb patterns spreading word `low` of each 128 bits over the low 256
+/// bits and word `high` over the high 256 bits.
+constexpr VectorConstant spread_words(int low, int high) {
+  VectorConstant c{};
+  for (int i = 0; i < 64; ++i)
+    c.bytes[i] = static_cast<std::uint8_t>(2 * (i < 32 ? low : high) + i % 2);
+  return c;
+}
+
+/// vpermw indices for Q6_K's chunk t: word w takes word 4t + w / 8.
+constexpr VectorConstant quarter_words(int t) {
+  VectorConstant c{};
+  for (int i = 0; i < 32; ++i)
+    c.bytes[2 * i] = static_cast<std::uint8_t>(4 * t + i / 8);
+  return c;
+}
+
+constexpr VectorConstant kShifts42 = word_halves(4, 2);
+constexpr VectorConstant kShifts31 = word_halves(3, 1);
+constexpr VectorConstant kShifts02 = word_halves(0, 2);
+// Q4_K's and Q5_K's chunk t: the scales of sub-blocks 4 (t / 2) + t % 2
+// (low 256 bits) and two more (high).
+constexpr VectorConstant kNibbleChunkScales[4] = {spread_words(0, 2), spread_words(1, 3),
+                                                  spread_words(4, 6), spread_words(5, 7)};
+constexpr VectorConstant kQ6_KChunkScales[4] = {quarter_words(0), quarter_words(1),
+                                                quarter_words(2), quarter_words(3)};
 
 /// Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. Chunk t of
 /// a super-block is the low (t even) or high (t odd) nibbles of qs[64 (t / 2)
@@ -89,11 +128,24 @@ struct NibbleBlocks {
     return _mm512_mask_blend_epi32(0xAAAA, low6, combined);
   }
 
-  /// The int16 scale of every maddubs word of chunk t of the block in the
-  /// 128 bits `lane` of scales16 (its words 8 lane .. 8 lane + 7).
-  static __m512i chunk_scales(__m512i scales16, int lane, int t) {
-    const auto low = static_cast<short>(8 * lane + 4 * (t / 2) + t % 2);
-    return _mm512_permutexvar_epi16(word_halves(low, static_cast<short>(low + 2)), scales16);
+  /// A block's 8 scales as int16 in each 128 bits, from the 128 bits `lane`
+  /// of 4 blocks' (scales_mins()'s low bytes, widened).
+  static __m512i column_scales(__m512i group_scales16, int lane) {
+    switch (lane) {
+    case 0:
+      return _mm512_shuffle_i32x4(group_scales16, group_scales16, 0x00);
+    case 1:
+      return _mm512_shuffle_i32x4(group_scales16, group_scales16, 0x55);
+    case 2:
+      return _mm512_shuffle_i32x4(group_scales16, group_scales16, 0xAA);
+    default:
+      return _mm512_shuffle_i32x4(group_scales16, group_scales16, 0xFF);
+    }
+  }
+
+  /// The int16 scale of every maddubs word of chunk t, from column_scales().
+  static __m512i chunk_scales(__m512i scales16, int t) {
+    return _mm512_shuffle_epi8(scales16, kNibbleChunkScales[t].load());
   }
 
   static void quants(const std::uint8_t* block, __m512i (&q)[4]) {
@@ -111,8 +163,8 @@ struct NibbleBlocks {
       // (high half) brings bits 0 and 2 to bit 4 in each byte.
       const __m512i fifth = _mm512_set1_epi8(0x10);
       const __m512i qh = _mm512_broadcast_i64x4(load32(block + offsetof(Block, qh))); // both halves
-      const __m512i even_shifts = word_halves(4, 2);
-      const __m512i odd_shifts = word_halves(3, 1);
+      const __m512i even_shifts = kShifts42.load();
+      const __m512i odd_shifts = kShifts31.load();
       const __m512i qh_high = _mm512_srli_epi16(qh, 4); // bits 4-7 to 0-3 of each byte
       q[0] = _mm512_or_si512(q[0], _mm512_and_si512(_mm512_sllv_epi16(qh, even_shifts), fifth));
       q[1] = _mm512_or_si512(q[1], _mm512_and_si512(_mm512_sllv_epi16(qh, odd_shifts), fifth));
@@ -144,11 +196,7 @@ struct Q6_KBlocks {
   /// Word w of chunk t covers values 64t + 2w and the next: sub-block
   /// 4t + w / 8.
   static __m512i chunk_scales(__m512i scales16, int t) {
-    const __m512i quarters = _mm512_setr_epi32(
-        0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x00020002, 0x00020002,
-        0x00020002, 0x00020002, 0x00030003, 0x00030003, 0x00030003, 0x00030003);
-    return _mm512_permutexvar_epi16(
-        _mm512_add_epi16(quarters, _mm512_set1_epi16(static_cast<short>(4 * t))), scales16);
+    return _mm512_permutexvar_epi16(kQ6_KChunkScales[t].load(), scales16);
   }
 
   static void quants(const std::uint8_t* block, __m512i (&q)[4]) {
@@ -157,8 +205,8 @@ struct Q6_KBlocks {
     // l + 96; qh[32h + l] the high 2 bits of l, l + 32, l + 64 and l + 96.
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
-    const __m512i low_shifts = word_halves(4, 2);  // l: bits 0-1, l + 32: 2-3
-    const __m512i high_shifts = word_halves(0, 2); // l + 64: bits 4-5, l + 96: 6-7
+    const __m512i low_shifts = kShifts42.load();  // l: bits 0-1, l + 32: 2-3
+    const __m512i high_shifts = kShifts02.load(); // l + 64: bits 4-5, l + 96: 6-7
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(block + offsetof(Block, ql) + 64 * h);
       const __m512i qh = _mm512_broadcast_i64x4(load32(block + offsetof(Block, qh) + 32 * h));
@@ -170,11 +218,9 @@ struct Q6_KBlocks {
   }
 };
 
-/// The totals of v[j]'s 16 lanes, in lane j, for 8 columns.
-inline __m256i column_totals(const __m512i (&v)[kLaneGroupCols]) {
-  // Per 128-bit lane L: columns 0-3's (first) and 4-7's (last) partials.
-  const __m512i first = lane_sums(v[0], v[1], v[2], v[3]);
-  const __m512i last = lane_sums(v[4], v[5], v[6], v[7]);
+/// The totals of 8 columns' 16 lanes, in lane j for column j, from
+/// lane_sums() of columns 0-3 (`first`) and of 4-7 (`last`).
+inline __m256i column_totals(__m512i first, __m512i last) {
   // [first0 + first2, first1 + first3, last0 + last2, last1 + last3]
   const __m512i halves = _mm512_add_epi32(_mm512_shuffle_i64x2(first, last, 0x44),
                                           _mm512_shuffle_i64x2(first, last, 0xEE));
@@ -226,35 +272,40 @@ __attribute__((flatten, noinline)) void rows_block(const SuperLaneGroupProblem& 
         mins16[h] = _mm512_unpackhi_epi8(both, _mm512_setzero_si512());
       });
     }
-    __m512i lanes[MR][kLaneGroupCols];
-    unrolled<kLaneGroupCols>([&](int j) {
-      const std::uint8_t* block = block_at<Block>(column[j], b);
-      __m512i q[4];
-      Blocks::quants(block, q);
-      // Q6_K: this column's 16 scales as int16.
-      __m512i scales16 = _mm512_setzero_si512();
-      if constexpr (!Blocks::kWithMin)
-        scales16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(Blocks::scales(block)));
-      unrolled<MR>([&](int i) { lanes[i][j] = _mm512_setzero_si512(); });
-      unrolled<4>([&](int t) {
-        __m512i scales;
+    // Per row, lane_sums() of columns 0-3 and of 4-7: each half reduced as
+    // soon as it is done keeps fewer vectors live.
+    __m512i half_sums[MR][2];
+    unrolled<2>([&](int h) {
+      __m512i lanes[MR][4];
+      unrolled<4>([&](int c) {
+        const std::uint8_t* block = block_at<Block>(column[4 * h + c], b);
+        __m512i q[4];
+        Blocks::quants(block, q);
+        __m512i scales16;
         if constexpr (Blocks::kWithMin)
-          scales = Blocks::chunk_scales(group_scales16[j / 4], j % 4, t);
-        else
-          scales = Blocks::chunk_scales(scales16, t);
-        unrolled<MR>([&](int i) {
-          lanes[i][j] =
-              _mm512_dpwssd_epi32(lanes[i][j], _mm512_maddubs_epi16(q[t], x[i][t]), scales);
+          scales16 = Blocks::column_scales(group_scales16[h], c);
+        else // the 16 scales as int16
+          scales16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(Blocks::scales(block)));
+        unrolled<MR>([&](int i) { lanes[i][c] = _mm512_setzero_si512(); });
+        unrolled<4>([&](int t) {
+          const __m512i scales = Blocks::chunk_scales(scales16, t);
+          unrolled<MR>([&](int i) {
+            lanes[i][c] =
+                _mm512_dpwssd_epi32(lanes[i][c], _mm512_maddubs_epi16(q[t], x[i][t]), scales);
+          });
         });
+        if constexpr (!Blocks::kWithMin) {
+          // Less the offset's share: 32 * scale times x's block sums.
+          const __m256i offsets = _mm256_slli_epi16(_mm512_castsi512_si256(scales16), 5);
+          unrolled<MR>([&](int i) {
+            lanes[i][c] = _mm512_sub_epi32(
+                lanes[i][c], _mm512_zextsi256_si512(_mm256_madd_epi16(offsets, bsums[i])));
+          });
+        }
       });
-      if constexpr (!Blocks::kWithMin) {
-        // Less the offset's share: 32 * scale times x's block sums.
-        const __m256i offsets = _mm256_slli_epi16(_mm512_castsi512_si256(scales16), 5);
-        unrolled<MR>([&](int i) {
-          lanes[i][j] = _mm512_sub_epi32(
-              lanes[i][j], _mm512_zextsi256_si512(_mm256_madd_epi16(offsets, bsums[i])));
-        });
-      }
+      unrolled<MR>([&](int i) {
+        half_sums[i][h] = lane_sums(lanes[i][0], lanes[i][1], lanes[i][2], lanes[i][3]);
+      });
     });
     // The 8 columns' f16 d (low word) and dmin (Q4_K, Q5_K) or d (Q6_K,
     // high word) in one gather.
@@ -263,7 +314,7 @@ __attribute__((flatten, noinline)) void rows_block(const SuperLaneGroupProblem& 
     const __m256 w_d_low = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words));
     const __m256 w_d_high = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(words, 16)));
     unrolled<MR>([&](int i) {
-      const __m256i sums = column_totals(lanes[i]);
+      const __m256i sums = column_totals(half_sums[i][0], half_sums[i][1]);
       const __m256 x_d = _mm256_set1_ps(p.x_d[(row0 + i) * nb + b]);
       if constexpr (Blocks::kWithMin) {
         // Each min twice (16 values each) meets x's sums of 32: the pairs'.
