@@ -335,31 +335,37 @@ void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind
   });
 }
 
+// A K-quant lane group's problem as every path starts it: its weight rows
+// in place, x, its outputs and bias, and the next group's rows.
+SuperLaneGroupProblem super_group_problem(const WeightView& w, size_t w_row_bytes, QuantKind kind,
+                                          const QuantizedRows& rows, size_t m, float* y,
+                                          const float* bias, size_t col0, size_t cols) {
+  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
+  SuperLaneGroupProblem p{};
+  p.kind = kind;
+  p.type = w.type;
+  p.rows = w_bytes + col0 * w_row_bytes;
+  p.row_bytes = w_row_bytes;
+  p.k = w.cols;
+  p.m = m;
+  p.x_q = rows.q;
+  p.x_d = rows.d;
+  p.x_bsums = rows.bsums;
+  p.cols = cols;
+  p.y = y + col0;
+  p.y_stride = w.rows;
+  p.bias = bias != nullptr ? bias + col0 : nullptr;
+  std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, w.rows, col0, cols);
+  return p;
+}
+
 // Q4_K, Q5_K and Q6_K on AVX-512 below kSuperRowsMaxRows rows: groups of
 // kLaneGroupCols columns read in place, with no decoding or interleaving.
 void super_rows_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind,
                               const QuantizedRows& rows, size_t m, float* __restrict__ y,
                               const float* __restrict__ bias) {
-  const size_t k = w.cols;
-  const size_t n = w.rows;
-  const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
-    SuperLaneGroupProblem p{};
-    p.kind = kind;
-    p.type = w.type;
-    p.rows = w_bytes + col0 * w_row_bytes;
-    p.row_bytes = w_row_bytes;
-    p.k = k;
-    p.m = m;
-    p.x_q = rows.q;
-    p.x_d = rows.d;
-    p.x_bsums = rows.bsums;
-    p.cols = cols;
-    p.y = y + col0;
-    p.y_stride = n;
-    p.bias = bias != nullptr ? bias + col0 : nullptr;
-    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
-    dot_super_rows_avx512(p);
+  for_each_column_group(w.rows, kLaneGroupCols, m * w.rows * w.cols, [&](size_t col0, size_t cols) {
+    dot_super_rows_avx512(super_group_problem(w, w_row_bytes, kind, rows, m, y, bias, col0, cols));
   });
 }
 
@@ -386,27 +392,14 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
     else if (!in_place)
       scratch.decoded.decode(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols);
     const DecodedColumns decoded = scratch.decoded.columns();
-    SuperLaneGroupProblem p{};
-    p.kind = kind;
-    p.type = w.type;
-    p.rows = w_bytes + col0 * w_row_bytes;
-    p.row_bytes = w_row_bytes;
-    p.k = k;
-    p.m = m;
-    p.x_q = rows.q;
-    p.x_d = rows.d;
-    p.x_bsums = rows.bsums;
+    SuperLaneGroupProblem p =
+        super_group_problem(w, w_row_bytes, kind, rows, m, y, bias, col0, cols);
     p.decoded = decoded;
     p.w = InterleavedSuper{scratch.lane_q.data(), scratch.lane_scales.data(),
                            scratch.lane_mins.data()};
     p.d = scratch.decoded.d.data();
     p.dmin = scratch.decoded.dmin.data();
     p.quads_per_chain = super_quads_per_chain(w.type);
-    p.cols = cols;
-    p.y = y + col0;
-    p.y_stride = n;
-    p.bias = bias != nullptr ? bias + col0 : nullptr;
-    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
     dot_super_lanes_avx2(p);
   });
 }

@@ -113,13 +113,7 @@ __attribute__((flatten, noinline)) void rows_block(const LaneGroupProblem& p, st
     prefetch_next_slice(p.next, p.next_bytes, b, nb);
     block_pair(b, false);
   }
-  // y = acc + bias, the group's columns only.
-  const auto valid = static_cast<__mmask8>((1u << p.cols) - 1u);
-  const __m256 bias = p.bias != nullptr ? _mm256_maskz_loadu_ps(valid, p.bias) : __m256{};
-  unrolled<MR>([&](int i) {
-    const __m256 out = p.bias != nullptr ? _mm256_add_ps(acc[i], bias) : acc[i];
-    _mm256_mask_storeu_ps(p.y + (row0 + i) * p.y_stride, valid, out);
-  });
+  store_group_rows(p, row0, acc);
 }
 
 template <TensorType kType>

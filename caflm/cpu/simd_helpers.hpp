@@ -94,6 +94,21 @@ inline __m512i lane_sums(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
   const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v3), _mm512_unpackhi_epi32(v2, v3));
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
+
+#if defined(__AVX512VL__)
+/// y = acc + bias for MR rows from row0 of a lane group of up to 8 columns
+/// (p.cols; p.y, p.y_stride and p.bias as the lane problems have them), the
+/// group's columns only.
+template <int MR, typename Problem>
+inline void store_group_rows(const Problem& p, size_t row0, const __m256 (&acc)[MR]) {
+  const auto valid = static_cast<__mmask8>((1u << p.cols) - 1u);
+  const __m256 bias = p.bias != nullptr ? _mm256_maskz_loadu_ps(valid, p.bias) : __m256{};
+  unrolled<MR>([&](int i) {
+    const __m256 out = p.bias != nullptr ? _mm256_add_ps(acc[i], bias) : acc[i];
+    _mm256_mask_storeu_ps(p.y + (row0 + i) * p.y_stride, valid, out);
+  });
+}
+#endif
 #endif
 
 } // namespace
