@@ -3,8 +3,10 @@
 #include "caflm/gguf/quantize.hpp"
 
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -250,6 +252,44 @@ TEST_CASE("column tiles cover every column once, evenly across the team", "[quan
         REQUIRE(most - fewest <= 1);
         // Whole rounds of the team, unless every tile is one group.
         REQUIRE((tiles.tiles % threads == 0 || most == 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("each thread's column groups name the group it computes next", "[quantized_matmul]") {
+  // The kernels ask the caches for next_col0's rows while they compute a
+  // group: it must be the group the same thread runs next, even across
+  // tiles that the team takes in any order.
+  struct Call {
+    size_t col0, cols, next_col0;
+  };
+  for (int threads : {1, 2, 4}) {
+    for (size_t group_cols : {kGroupCols, kLaneGroupCols}) {
+      for (size_t n : {0, 7, 576, 2048, 5632}) {
+        INFO(n << " columns in groups of " << group_cols << " on " << threads << " threads");
+        const ColumnTiles tiles = quantized_column_tiles(n, group_cols, threads);
+        std::atomic<size_t> next_tile{0};
+        std::vector<std::vector<Call>> calls(threads);
+#pragma omp parallel num_threads(threads)
+        run_claimed_tiles(tiles, next_tile, [&](size_t col0, size_t cols, size_t next_col0) {
+          calls[omp_get_thread_num()].push_back({col0, cols, next_col0});
+        });
+        std::vector<int> computed(n, 0);
+        for (const std::vector<Call>& thread_calls : calls) {
+          for (size_t i = 0; i < thread_calls.size(); ++i) {
+            const Call& call = thread_calls[i];
+            REQUIRE(call.col0 % group_cols == 0);
+            REQUIRE(call.cols >= 1);
+            REQUIRE(call.cols <= group_cols);
+            REQUIRE(call.col0 + call.cols <= n);
+            for (size_t col = call.col0; col < call.col0 + call.cols; ++col)
+              ++computed[col];
+            const size_t next = i + 1 < thread_calls.size() ? thread_calls[i + 1].col0 : n;
+            REQUIRE(call.next_col0 == next);
+          }
+        }
+        REQUIRE(std::count(computed.begin(), computed.end(), 1) == static_cast<ptrdiff_t>(n));
       }
     }
   }

@@ -8,7 +8,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -107,45 +109,40 @@ void check_quantized_weight(const WeightView& w) {
 
 namespace {
 
-// Set while this thread is one of the team quantized_linear_shared opened:
-// the column loops of its products then share that team.
-thread_local bool in_shared_team = false;
+// Set while this thread is one of the team quantized_linear_shared opened,
+// to the team's tile counter for the product it is on: the column loops of
+// its products then share that team.
+thread_local std::atomic<size_t>* shared_tile_counter = nullptr;
 
-// Calls group(col0, cols) for every group of `group_cols` output columns
-// (cols of them, fewer at the end) of an n-column product, tile by tile
-// across the OpenMP team (see quantized_column_tiles), on the calling thread
-// alone below kParallelMinMacs multiply-adds. Inside quantized_linear_shared's
-// team, every thread calls this for the same products in the same order, and
-// each product's tiles go to that team, a thread moving on to the next
-// product's as soon as none of this one's are left.
+// Calls group(col0, cols, next_col0) for every group of `group_cols` output
+// columns of an n-column product against m rows of k values: the tiles of
+// quantized_column_tiles taken one at a time by the OpenMP team
+// (run_claimed_tiles), or all by the calling thread below kParallelMinMacs
+// multiply-adds. Inside quantized_linear_shared's team, every thread calls
+// this for the same products in the same order, each product's tiles
+// counted by its own shared_tile_counter, and a thread moves on to the next
+// product as soon as it finds none of this one's tiles left.
 template <typename GroupFn>
-void for_each_column_group(size_t n, size_t group_cols, size_t macs, GroupFn&& group) {
-  const int threads = in_shared_team ? omp_get_num_threads() : omp_get_max_threads();
-  const ColumnTiles tiles = quantized_column_tiles(n, group_cols, static_cast<size_t>(threads));
-  const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
-  const auto run_tile = [&](ptrdiff_t tile) {
-    const size_t col_begin = tiles.begin(static_cast<size_t>(tile));
-    const size_t col_end = tiles.begin(static_cast<size_t>(tile) + 1);
-    for (size_t col0 = col_begin; col0 < col_end; col0 += group_cols)
-      group(col0, std::min(group_cols, col_end - col0));
-  };
-  if (in_shared_team) {
-#pragma omp for schedule(dynamic) nowait
-    for (ptrdiff_t tile = 0; tile < n_tiles; ++tile)
-      run_tile(tile);
+void for_each_column_group(size_t n, size_t group_cols, size_t m, size_t k, GroupFn&& group) {
+  const size_t team = static_cast<size_t>(shared_tile_counter != nullptr ? omp_get_num_threads()
+                                                                         : omp_get_max_threads());
+  const ColumnTiles tiles = quantized_column_tiles(n, group_cols, team);
+  if (shared_tile_counter != nullptr) {
+    run_claimed_tiles(tiles, *shared_tile_counter, group);
     return;
   }
-#pragma omp parallel for schedule(dynamic) if (macs >= kParallelMinMacs)
-  for (ptrdiff_t tile = 0; tile < n_tiles; ++tile)
-    run_tile(tile);
+  std::atomic<size_t> next_tile{0};
+#pragma omp parallel if (m * n * k >= kParallelMinMacs)
+  run_claimed_tiles(tiles, next_tile, group);
 }
 
-// The weight rows of the column group after [col0, col0 + cols) of an
-// n-column weight: where they start, and their bytes (0 after the last).
+// The weight rows of the column group from next_col0 of an n-column weight
+// in groups of group_cols: where they start, and their bytes (0 when
+// next_col0 is n).
 std::pair<const uint8_t*, size_t> next_group_rows(const uint8_t* w_bytes, size_t w_row_bytes,
-                                                  size_t n, size_t col0, size_t cols) {
-  const size_t next = col0 + cols;
-  return {w_bytes + next * w_row_bytes, next < n ? std::min(cols, n - next) * w_row_bytes : 0};
+                                                  size_t n, size_t next_col0, size_t group_cols) {
+  return {w_bytes + next_col0 * w_row_bytes,
+          next_col0 < n ? std::min(group_cols, n - next_col0) * w_row_bytes : 0};
 }
 
 // Q8_0, Q4_0 and Q5_0 on AVX2: groups of kLaneGroupCols columns,
@@ -154,7 +151,7 @@ std::pair<const uint8_t*, size_t> next_group_rows(const uint8_t* w_bytes, size_t
 void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_bytes, size_t n,
                       size_t k, const QuantizedRows& rows, size_t m, float* __restrict__ y,
                       const float* __restrict__ bias, bool avx512_rows) {
-  for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
+  for_each_column_group(n, kLaneGroupCols, m, k, [&](size_t col0, size_t cols, size_t next_col0) {
     // This thread's interleaved column group, grown once.
     thread_local std::vector<uint8_t> q_abs;
     thread_local std::vector<int8_t> q;
@@ -179,7 +176,8 @@ void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_byte
     p.y = y + col0;
     p.y_stride = n;
     p.bias = bias != nullptr ? bias + col0 : nullptr;
-    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
+    std::tie(p.next, p.next_bytes) =
+        next_group_rows(w_bytes, w_row_bytes, n, next_col0, kLaneGroupCols);
     if (avx512_rows && m < kInterleaveMinRows)
       dot_q8_0_rows_avx512(p);
     else
@@ -254,29 +252,31 @@ struct SuperLaneScratch {
 void q8_0_linear_avx512(TensorType type, const uint8_t* w_bytes, size_t w_row_bytes, size_t n,
                         size_t k, const QuantizedRows& rows, size_t m, float* __restrict__ y,
                         const float* __restrict__ bias) {
-  for_each_column_group(n, kWideLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
-    // This thread's interleaved column group, grown once.
-    thread_local std::vector<uint8_t> q;
-    thread_local std::vector<float> d;
-    q.resize(kWideLaneGroupCols * k);
-    d.resize(kWideLaneGroupCols * (k / 32));
-    interleave_unsigned(type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k, q.data(),
-                        d.data());
-    WideLaneGroupProblem p{};
-    p.offset = unsigned_offset(type);
-    p.k = k;
-    p.m = m;
-    p.x_q = rows.q;
-    p.x_d = rows.d;
-    p.x_sums = rows.bsums;
-    p.w = InterleavedUnsigned{q.data(), d.data()};
-    p.cols = cols;
-    p.y = y + col0;
-    p.y_stride = n;
-    p.bias = bias != nullptr ? bias + col0 : nullptr;
-    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
-    dot_q8_0_lanes_avx512(p);
-  });
+  for_each_column_group(
+      n, kWideLaneGroupCols, m, k, [&](size_t col0, size_t cols, size_t next_col0) {
+        // This thread's interleaved column group, grown once.
+        thread_local std::vector<uint8_t> q;
+        thread_local std::vector<float> d;
+        q.resize(kWideLaneGroupCols * k);
+        d.resize(kWideLaneGroupCols * (k / 32));
+        interleave_unsigned(type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k, q.data(),
+                            d.data());
+        WideLaneGroupProblem p{};
+        p.offset = unsigned_offset(type);
+        p.k = k;
+        p.m = m;
+        p.x_q = rows.q;
+        p.x_d = rows.d;
+        p.x_sums = rows.bsums;
+        p.w = InterleavedUnsigned{q.data(), d.data()};
+        p.cols = cols;
+        p.y = y + col0;
+        p.y_stride = n;
+        p.bias = bias != nullptr ? bias + col0 : nullptr;
+        std::tie(p.next, p.next_bytes) =
+            next_group_rows(w_bytes, w_row_bytes, n, next_col0, kWideLaneGroupCols);
+        dot_q8_0_lanes_avx512(p);
+      });
 }
 
 // One thread's scratch for an AVX-512 K-quant lane group of k-value
@@ -309,37 +309,41 @@ void super_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind
   const size_t k = w.cols;
   const size_t n = w.rows;
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
-  for_each_column_group(n, kWideLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
-    thread_local WideSuperLaneScratch scratch; // grown once per width
-    scratch.fit(k);
-    interleave_super_wide(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k,
-                          {scratch.q.data(), scratch.scales.data(), scratch.mins.data(),
-                           scratch.d.data(), scratch.dmin.data()});
-    WideSuperLaneGroupProblem p{};
-    p.kind = kind;
-    p.k = k;
-    p.m = m;
-    p.x_q = rows.q;
-    p.x_d = rows.d;
-    p.x_bsums = rows.bsums;
-    p.w = InterleavedSuperWide{scratch.q.data(), scratch.scales.data(), scratch.mins.data()};
-    p.d = scratch.d.data();
-    p.dmin = scratch.dmin.data();
-    p.scale_quads = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K ? 8 : 4;
-    p.cols = cols;
-    p.y = y + col0;
-    p.y_stride = n;
-    p.bias = bias != nullptr ? bias + col0 : nullptr;
-    std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, n, col0, cols);
-    dot_super_lanes_avx512(p);
-  });
+  for_each_column_group(
+      n, kWideLaneGroupCols, m, k, [&](size_t col0, size_t cols, size_t next_col0) {
+        thread_local WideSuperLaneScratch scratch; // grown once per width
+        scratch.fit(k);
+        interleave_super_wide(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k,
+                              {scratch.q.data(), scratch.scales.data(), scratch.mins.data(),
+                               scratch.d.data(), scratch.dmin.data()});
+        WideSuperLaneGroupProblem p{};
+        p.kind = kind;
+        p.k = k;
+        p.m = m;
+        p.x_q = rows.q;
+        p.x_d = rows.d;
+        p.x_bsums = rows.bsums;
+        p.w = InterleavedSuperWide{scratch.q.data(), scratch.scales.data(), scratch.mins.data()};
+        p.d = scratch.d.data();
+        p.dmin = scratch.dmin.data();
+        p.scale_quads = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K ? 8 : 4;
+        p.cols = cols;
+        p.y = y + col0;
+        p.y_stride = n;
+        p.bias = bias != nullptr ? bias + col0 : nullptr;
+        std::tie(p.next, p.next_bytes) =
+            next_group_rows(w_bytes, w_row_bytes, n, next_col0, kWideLaneGroupCols);
+        dot_super_lanes_avx512(p);
+      });
 }
 
 // A K-quant lane group's problem as every path starts it: its weight rows
-// in place, x, its outputs and bias, and the next group's rows.
+// in place, x, its outputs and bias, and the rows of the group this thread
+// computes next, from next_col0.
 SuperLaneGroupProblem super_group_problem(const WeightView& w, size_t w_row_bytes, QuantKind kind,
                                           const QuantizedRows& rows, size_t m, float* y,
-                                          const float* bias, size_t col0, size_t cols) {
+                                          const float* bias, size_t col0, size_t cols,
+                                          size_t next_col0) {
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
   SuperLaneGroupProblem p{};
   p.kind = kind;
@@ -355,7 +359,8 @@ SuperLaneGroupProblem super_group_problem(const WeightView& w, size_t w_row_byte
   p.y = y + col0;
   p.y_stride = w.rows;
   p.bias = bias != nullptr ? bias + col0 : nullptr;
-  std::tie(p.next, p.next_bytes) = next_group_rows(w_bytes, w_row_bytes, w.rows, col0, cols);
+  std::tie(p.next, p.next_bytes) =
+      next_group_rows(w_bytes, w_row_bytes, w.rows, next_col0, kLaneGroupCols);
   return p;
 }
 
@@ -364,9 +369,11 @@ SuperLaneGroupProblem super_group_problem(const WeightView& w, size_t w_row_byte
 void super_rows_linear_avx512(const WeightView& w, size_t w_row_bytes, QuantKind kind,
                               const QuantizedRows& rows, size_t m, float* __restrict__ y,
                               const float* __restrict__ bias) {
-  for_each_column_group(w.rows, kLaneGroupCols, m * w.rows * w.cols, [&](size_t col0, size_t cols) {
-    dot_super_rows_avx512(super_group_problem(w, w_row_bytes, kind, rows, m, y, bias, col0, cols));
-  });
+  for_each_column_group(
+      w.rows, kLaneGroupCols, m, w.cols, [&](size_t col0, size_t cols, size_t next_col0) {
+        dot_super_rows_avx512(
+            super_group_problem(w, w_row_bytes, kind, rows, m, y, bias, col0, cols, next_col0));
+      });
 }
 
 // The K-quants on AVX2: groups of kLaneGroupCols columns, decoded, then
@@ -380,7 +387,7 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
   // Q4_K's and Q6_K's kernels for 1-3 rows read the blocks in place.
   const bool in_place =
       (w.type == TensorType::Q4_K || w.type == TensorType::Q6_K) && m < kInterleaveMinRows;
-  for_each_column_group(n, kLaneGroupCols, m * n * k, [&](size_t col0, size_t cols) {
+  for_each_column_group(n, kLaneGroupCols, m, k, [&](size_t col0, size_t cols, size_t next_col0) {
     thread_local SuperLaneScratch scratch; // grown once per width
     scratch.fit(k);
     // 1-3 rows read the decoded columns (or, in place, the blocks), more
@@ -393,7 +400,7 @@ void super_linear_avx2(const WeightView& w, size_t w_row_bytes, QuantKind kind,
       scratch.decoded.decode(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols);
     const DecodedColumns decoded = scratch.decoded.columns();
     SuperLaneGroupProblem p =
-        super_group_problem(w, w_row_bytes, kind, rows, m, y, bias, col0, cols);
+        super_group_problem(w, w_row_bytes, kind, rows, m, y, bias, col0, cols, next_col0);
     p.decoded = decoded;
     p.w = InterleavedSuper{scratch.lane_q.data(), scratch.lane_scales.data(),
                            scratch.lane_mins.data()};
@@ -478,7 +485,7 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
     return;
   }
   // Q4_1 and Q5_1: decoded column groups.
-  for_each_column_group(n, kGroupCols, m * n * k, [&](size_t col0, size_t cols) {
+  for_each_column_group(n, kGroupCols, m, k, [&](size_t col0, size_t cols, size_t /*next_col0*/) {
     // This thread's unpacked column group, grown once.
     thread_local std::vector<uint8_t> q;
     thread_local std::vector<float> d;
@@ -526,12 +533,17 @@ void quantized_linear_shared(MatmulIsa isa, const QuantizedOutput* outputs, size
       quantized_linear(isa, *outputs[i].w, *outputs[i].x, outputs[i].y, outputs[i].bias);
     return;
   }
+  // One tile counter per product, for the whole team.
+  std::unique_ptr<std::atomic<size_t>[]> next_tiles(new std::atomic<size_t>[count]);
+  for (size_t i = 0; i < count; ++i)
+    next_tiles[i].store(0, std::memory_order_relaxed);
 #pragma omp parallel if (macs >= kParallelMinMacs)
   {
-    in_shared_team = true;
-    for (size_t i = 0; i < count; ++i)
+    for (size_t i = 0; i < count; ++i) {
+      shared_tile_counter = &next_tiles[i];
       quantized_linear(isa, *outputs[i].w, *outputs[i].x, outputs[i].y, outputs[i].bias);
-    in_shared_team = false;
+    }
+    shared_tile_counter = nullptr;
   }
 }
 
