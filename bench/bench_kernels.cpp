@@ -132,6 +132,10 @@ void cold_shapes(benchmark::internal::Benchmark* b) {
     b->Args({m, 768, 2048});
     b->Args({m, 2048, 768});
   }
+  // One sequence's decode through a TinyLlama-sized FFN (gate or up, then
+  // down), whose weights no cache holds.
+  b->Args({1, 2048, 5632});
+  b->Args({1, 5632, 2048});
   b->ArgNames({"M", "K", "N"})->UseRealTime();
 }
 

@@ -29,6 +29,7 @@ struct Avx2Simd {
   static V zero() { return _mm256_setzero_ps(); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V load_x(const float* x) { return _mm256_loadu_ps(x); }
+  static void store(float* to, V v) { _mm256_storeu_ps(to, v); }
   static V load_x_partial(const float* x, size_t r) { return _mm256_maskload_ps(x, tail_mask(r)); }
   static float hsum(V v) { return hsum8(v); }
 };

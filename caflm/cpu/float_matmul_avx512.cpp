@@ -20,6 +20,7 @@ struct Avx512Simd {
   static V zero() { return _mm512_setzero_ps(); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V load_x(const float* x) { return _mm512_loadu_ps(x); }
+  static void store(float* to, V v) { _mm512_storeu_ps(to, v); }
   static V load_x_partial(const float* x, std::size_t r) {
     return _mm512_maskz_loadu_ps(first_lanes(r), x);
   }
@@ -66,9 +67,11 @@ struct Bf16Weights512 {
 };
 
 /// Block widths for 4, 3, 2 and 1 rows: at most 24 accumulators and their
-/// weight registers within the 32 zmm registers.
+/// weight registers within the 32 zmm registers. One row streams its
+/// weights from memory, and 8 rows of them at a time ran 15-30% faster than
+/// 12 (Zen 5, F16, K = 2048 and 5632).
 struct Avx512Shapes {
-  static constexpr int NR4 = 6, NR3 = 6, NR2 = 8, NR1 = 12;
+  static constexpr int NR4 = 6, NR3 = 6, NR2 = 8, NR1 = 8;
 };
 
 } // namespace

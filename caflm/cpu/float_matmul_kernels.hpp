@@ -6,7 +6,7 @@
 // Everything below has internal linkage, so that each of those two files
 // keeps its own machine code for its instruction set (an inline function
 // shared between them could be linked from the AVX-512 file into the AVX2
-// path). Internals of caflm/cpu; include nowhere else.
+// path). Internals of caflm/cpu and its tests; include nowhere else.
 //
 // Per output element the arithmetic is cpu_matmul.hpp's: one LANES-wide
 // accumulator takes fma(x[r, k..k+LANES], w[n, k..k+LANES]) chunk by chunk
@@ -15,6 +15,7 @@
 // share a load.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -51,31 +52,59 @@ namespace {
 // below, so only the last tile of a matrix has a ragged edge.
 constexpr std::size_t kFloatTileCols = 48;
 
+// One row's tiles, wider: its products read each weight once, from memory,
+// and a thread's longer runs of consecutive weight rows stream faster
+// (measured on Zen 5 over a TinyLlama-sized FFN, one row of F16 on 2
+// threads: 96 columns 5-12% faster than 48, 192 no faster than 96).
+constexpr std::size_t kOneRowTileCols = 2 * kFloatTileCols;
+
 // Below this many multiply-adds a call runs on the calling thread.
 constexpr std::size_t kFloatParallelMinMacs = std::size_t{1} << 18;
 
-/// A run of cache lines one block asks L2 for, `lines_per_step` per step
-/// along K: the slice of the next column block's weight rows that falls to
-/// this block.
-/// In a decode step every matrix comes from memory once, and the hardware
-/// prefetchers, following NR separate rows, start each block's rows late;
-/// asked for while the block before computes, they are in L2 when needed
-/// (measured on Zen 5 at 32 rows: F32 decode 4-14% faster). L2, not L1:
-/// at K = 2048 the block in use alone fills L1. Empty by default.
+/// A run of cache lines one block asks the caches for, `lines_per_step` per
+/// step along K: the slice of the next column block's weight rows that
+/// falls to this block. In a decode step every matrix comes from memory
+/// once, and the hardware prefetchers, following NR separate rows, start
+/// each block's rows late; asked for while the block before computes, they
+/// are at hand when needed. Blocks of several rows ask L2 (at K = 2048 the
+/// block in use alone fills L1; measured on Zen 5 at 32 rows: F32 decode
+/// 4-14% faster), a single row L1 (below). Empty by default.
 struct PrefetchCursor {
   const std::uint8_t* line = nullptr;
   const std::uint8_t* end = nullptr;
   std::size_t lines_per_step = 1;
+  bool to_l1 = false;
 
   void step() {
-    for (std::size_t i = 0; i < lines_per_step && line < end; ++i, line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+    for (std::size_t i = 0; i < lines_per_step && line < end; ++i, line += 64) {
+      if (to_l1)
+        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+      else
+        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+    }
   }
 };
 
+/// A cursor into L1 over the weight rows of the `cols` columns from col0 of
+/// `p`, spread over `steps` steps along K.
+inline PrefetchCursor weight_rows_cursor(const detail::FloatProblem& p, std::size_t col0,
+                                         std::size_t cols, std::size_t steps) {
+  const std::uint8_t* begin = p.w + col0 * p.w_row_bytes;
+  const std::size_t lines = (cols * p.w_row_bytes + 63) / 64;
+  return {begin, begin + cols * p.w_row_bytes, (lines + steps - 1) / steps, true};
+}
+
+/// Where the columns a thread computes next start: their product and first
+/// column (no product after the thread's last tile).
+struct ColumnStart {
+  const detail::FloatProblem* p = nullptr;
+  std::size_t col0 = 0;
+};
+
 /// MR rows x NR columns of y. `Simd` gives the vector type `V`, `kLanes`,
-/// `kRegisters` (vector registers), `zero`, `fmadd`, `load_x`, `load_x_partial` (the first r <
-/// kLanes, the rest zero) and `hsum`; `Weights` loads kLanes consecutive weights of a row as floats
+/// `kRegisters` (vector registers), `zero`, `fmadd`, `load_x`,
+/// `load_x_partial` (the first r < kLanes, the rest zero), `store` and
+/// `hsum`; `Weights` loads kLanes consecutive weights of a row as floats
 /// (`load`, `load_partial`) stored in `kBytes` each.
 template <typename Simd, typename Weights>
 struct FloatKernel {
@@ -130,33 +159,78 @@ struct FloatKernel {
         p.y[(row0 + i) * p.n + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
       }
   }
+
+  /// block<1, NR> for 2-byte weights streamed from memory, with the same
+  /// arithmetic and so the same bits, but its accumulators kept in L1: each
+  /// step along K loads them, adds its products and stores them back.
+  /// Measured on Zen 5 (F16, K = 2048 and 5632, 2 threads, one row of 8
+  /// columns each asking L1 for the next block): 41-47 GB/s against 31-35
+  /// with the accumulators in registers, 38-50 for a plain read of the same
+  /// bytes; a TinyLlama-shaped F16 model's one-sequence decode 20-40%
+  /// faster. Why is not settled; the likely cause is that the register
+  /// block runs far ahead of its prefetches with loads that then wait on
+  /// memory themselves. F32, whose rows are twice as long, gained nothing
+  /// measurable and keeps block<1, NR>.
+  template <int NR>
+  static void one_row_block(const detail::FloatProblem& p, std::size_t row, std::size_t col0,
+                            PrefetchCursor prefetch) {
+    alignas(64) float acc[NR][kLanes] = {};
+    const std::uint8_t* w_first = p.w + col0 * p.w_row_bytes;
+    const float* x = p.x + row * p.k;
+    std::size_t k = 0;
+    for (; k + Simd::kLanes <= p.k; k += Simd::kLanes) {
+      prefetch.step();
+      const V xk = Simd::load_x(x + k);
+      const std::uint8_t* w_row = w_first;
+#pragma GCC unroll 1
+      for (int j = 0; j < NR; ++j, w_row += p.w_row_bytes)
+        Simd::store(acc[j], Simd::fmadd(xk, Weights::load(w_row, k), Simd::load_x(acc[j])));
+    }
+    if (k < p.k) {
+      const std::size_t r = p.k - k;
+      const V xk = Simd::load_x_partial(x + k, r);
+      const std::uint8_t* w_row = w_first;
+      for (int j = 0; j < NR; ++j, w_row += p.w_row_bytes)
+        Simd::store(acc[j],
+                    Simd::fmadd(xk, Weights::load_partial(w_row, k, r), Simd::load_x(acc[j])));
+    }
+    for (int j = 0; j < NR; ++j) {
+      const float sum = Simd::hsum(Simd::load_x(acc[j]));
+      p.y[row * p.n + col0 + j] = p.bias ? sum + p.bias[col0 + j] : sum;
+    }
+  }
 };
 
 // Runs Kernel over the columns [col_begin, col_end) of MR rows from row0:
 // NR columns at a time, single columns at a ragged edge. One row of 2-byte
-// weights (F16, BF16) asks L2 for the next block's rows while it computes,
-// spread over its steps along K: rows of half F32's bytes are streams too
-// short for the hardware prefetchers to keep pace with the memory
-// (measured on Zen 4 over the 134M model's decode-step matrices, 219 MB of
-// them: one-row F16 and BF16 15% faster with AVX-512, 20-25% with AVX2).
-// F32 asks for nothing: asking for the next block's weights made its
-// one-row decode, which streams at the memory's pace, up to 13% slower
-// (AVX2).
+// weights (F16, BF16) asks L1 for the next block's weight rows while it
+// computes, spread over its steps along K, and its last block for the NR
+// columns from `after`: a row of K = 2048 F16 weights is one 4 KiB page, a
+// stream too short for the hardware prefetchers to keep pace with the
+// memory. (Measured on Zen 5 over a TinyLlama-sized FFN, 2 threads: 41-47
+// GB/s asking L1, 38-41 asking L2; on Zen 4, asking L2 against nothing, the
+// 134M model's F16 and BF16 decode-step matrices ran 15% faster with
+// AVX-512, 20-25% with AVX2.) F32 asks for nothing: asking for the next
+// block's weights made its one-row decode, which streams at the memory's
+// pace, up to 13% slower (AVX2, Zen 3), and no faster on Zen 5.
 template <typename Kernel, int MR, int NR>
 inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std::size_t col_begin,
-                            std::size_t col_end) {
-  constexpr bool kPrefetch = MR == 1 && Kernel::kWeightBytes == 2;
+                            std::size_t col_end, ColumnStart after = {}) {
+  constexpr bool kOneRowStream = MR == 1 && Kernel::kWeightBytes == 2;
   const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
-  const std::size_t lines_per_step = ((NR * p.w_row_bytes + 63) / 64 + steps - 1) / steps;
   std::size_t col = col_begin;
   for (; col + NR <= col_end; col += NR) {
-    PrefetchCursor next_block;
-    if constexpr (kPrefetch) {
-      const std::uint8_t* next = p.w + (col + NR) * p.w_row_bytes;
-      const std::uint8_t* next_end = col + 2 * NR <= col_end ? next + NR * p.w_row_bytes : next;
-      next_block = {next, next_end, lines_per_step};
+    if constexpr (kOneRowStream) {
+      PrefetchCursor next_block;
+      if (col + 2 * NR <= col_end)
+        next_block = weight_rows_cursor(p, col + NR, NR, steps);
+      else if (after.p != nullptr)
+        next_block = weight_rows_cursor(*after.p, after.col0,
+                                        std::min<std::size_t>(NR, after.p->n - after.col0), steps);
+      Kernel::template one_row_block<NR>(p, row0, col, next_block);
+    } else {
+      Kernel::template block<MR, NR>(p, row0, col);
     }
-    Kernel::template block<MR, NR>(p, row0, col, next_block);
   }
   for (; col < col_end; ++col)
     Kernel::template block<MR, 1>(p, row0, col);
@@ -191,26 +265,27 @@ inline void float_block_column(const detail::FloatProblem& p, std::size_t row_be
 // column-first: 32 rows of a 2048-wide x (256 KiB) stay in L2.
 constexpr std::size_t kFloatRowChunk = 32;
 
-// Computes tile `tile` of y, its columns from kFloatTileCols * tile on.
-// Within a tile, rows go in groups of 4 (the 1-3 left over use wider column
-// groups), and one of the two operands of a 4 x NR4 block comes from L2 at
-// every step along K while the other stays in L1: whichever moves fewer
-// bytes. Row-first, each group of rows sweeps the tile's columns, its rows
-// in L1 and the tile's weights (NR4 per step) from L2; column-first, each
-// block of NR4 columns sweeps up to kFloatRowChunk rows, its weights in L1
-// and the 4 rows per step from L2. Only AVX-512's 6 columns of F32 outweigh
-// 4 rows (measured: 25% faster that way, while F16 and BF16, and AVX2's 3
-// columns, ran slower column-first). `Shapes` gives the column widths NR4,
-// NR3, NR2 and NR1 of those row counts (each dividing kFloatTileCols). The
-// order of the blocks changes no bit: each element's arithmetic is the
-// kernel's alone.
-template <typename Kernel, typename Shapes>
-inline void run_float_tile(const detail::FloatProblem& p, std::size_t m, std::size_t tile) {
+// Computes the columns [col_begin, col_end) of y (a tile), and calls
+// claim_next() once, for the columns the thread computes after it. Within a
+// tile, rows go in groups of 4 (the 1-3 left over use wider column groups),
+// and one of the two operands of a 4 x NR4 block comes from L2 at every
+// step along K while the other stays in L1: whichever moves fewer bytes.
+// Row-first, each group of rows sweeps the tile's columns, its rows in L1
+// and the tile's weights (NR4 per step) from L2; column-first, each block of
+// NR4 columns sweeps up to kFloatRowChunk rows, its weights in L1 and the 4
+// rows per step from L2. Only AVX-512's 6 columns of F32 outweigh 4 rows
+// (measured: 25% faster that way, while F16 and BF16, and AVX2's 3 columns,
+// ran slower column-first). `Shapes` gives the column widths NR4, NR3, NR2
+// and NR1 of those row counts (each dividing kFloatTileCols, and NR1
+// kOneRowTileCols). The order of the blocks changes no bit: each element's
+// arithmetic is the kernel's alone.
+template <typename Kernel, typename Shapes, typename ClaimNext>
+inline void run_float_tile(const detail::FloatProblem& p, std::size_t m, std::size_t col_begin,
+                           std::size_t col_end, ClaimNext&& claim_next) {
   static_assert(kFloatTileCols % Shapes::NR4 == 0 && kFloatTileCols % Shapes::NR3 == 0 &&
-                    kFloatTileCols % Shapes::NR2 == 0 && kFloatTileCols % Shapes::NR1 == 0,
+                    kFloatTileCols % Shapes::NR2 == 0 && kFloatTileCols % Shapes::NR1 == 0 &&
+                    kOneRowTileCols % Shapes::NR1 == 0,
                 "block widths must divide the tile");
-  const std::size_t col_begin = tile * kFloatTileCols;
-  const std::size_t col_end = std::min(p.n, col_begin + kFloatTileCols);
   const std::size_t grouped = m - m % 4;
   constexpr bool kColumnFirst = Shapes::NR4 * Kernel::kWeightBytes > 4 * sizeof(float);
   if constexpr (kColumnFirst) {
@@ -222,6 +297,15 @@ inline void run_float_tile(const detail::FloatProblem& p, std::size_t m, std::si
       float_block_row<Kernel, 4, Shapes::NR4>(p, row, col_begin, col_end);
   }
   const std::size_t row = grouped;
+  if (m - row == 1 && col_end - col_begin >= Shapes::NR1) {
+    // The tile's last block asks for the first rows of the thread's next
+    // columns, claimed as it starts, so that no tile's first block comes in
+    // cold.
+    const std::size_t last = col_begin + ((col_end - col_begin) / Shapes::NR1 - 1) * Shapes::NR1;
+    float_block_row<Kernel, 1, Shapes::NR1>(p, row, col_begin, last, {&p, last});
+    float_block_row<Kernel, 1, Shapes::NR1>(p, row, last, col_end, claim_next());
+    return;
+  }
   switch (m - row) {
   case 3:
     float_block_row<Kernel, 3, Shapes::NR3>(p, row, col_begin, col_end);
@@ -235,6 +319,7 @@ inline void run_float_tile(const detail::FloatProblem& p, std::size_t m, std::si
   default:
     break;
   }
+  claim_next();
 }
 
 // Most weights one run_float_tiles call takes.
@@ -242,27 +327,45 @@ constexpr std::size_t kMaxFloatProblems = 4;
 
 /// Computes `count` <= kMaxFloatProblems products of the same m rows (q, k
 /// and v of one input, say) tile by tile, all their tiles in one parallel
-/// loop: one fork and join for all of them, and the threads balance over
-/// their tiles together (a 192-column k or v has 4 tiles for 2 threads). Tiles
-/// are handed out dynamically: which thread computes a tile never changes
-/// its bits, and a thread slowed by other work on its core then takes fewer.
+/// region: one fork and join for all of them, and the threads balance over
+/// their tiles together (a 192-column k or v has 4 tiles of 48 for 2
+/// threads).
+/// Each thread takes tiles from a shared counter, its next one as it starts
+/// the last block of the current one, until none is left: which thread
+/// computes a tile never changes its bits, a thread slowed by other work on
+/// its core takes fewer, and a tile's last block knows whose rows to ask the
+/// caches for.
 template <typename Kernel, typename Shapes>
 inline void run_float_tiles(const detail::FloatProblem* problems, std::size_t count,
                             std::size_t m) {
+  const std::size_t tile_cols = m == 1 ? kOneRowTileCols : kFloatTileCols;
   std::size_t first_tile[kMaxFloatProblems + 1] = {};
   std::size_t macs = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    first_tile[i + 1] = first_tile[i] + (problems[i].n + kFloatTileCols - 1) / kFloatTileCols;
+    first_tile[i + 1] = first_tile[i] + (problems[i].n + tile_cols - 1) / tile_cols;
     macs += m * problems[i].n * problems[i].k;
   }
-  const auto n_tiles = static_cast<std::ptrdiff_t>(first_tile[count]);
-#pragma omp parallel for schedule(dynamic) if (macs >= kFloatParallelMinMacs)
-  for (std::ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
-    const auto t = static_cast<std::size_t>(tile);
+  const std::size_t n_tiles = first_tile[count];
+  const auto start_of = [&](std::size_t tile) -> ColumnStart {
+    if (tile >= n_tiles)
+      return {};
     std::size_t i = 0;
-    while (t >= first_tile[i + 1])
+    while (tile >= first_tile[i + 1])
       ++i;
-    run_float_tile<Kernel, Shapes>(problems[i], m, t - first_tile[i]);
+    return {&problems[i], (tile - first_tile[i]) * tile_cols};
+  };
+  std::atomic<std::size_t> next_tile{0};
+#pragma omp parallel if (macs >= kFloatParallelMinMacs)
+  {
+    std::size_t tile = next_tile.fetch_add(1, std::memory_order_relaxed);
+    while (tile < n_tiles) {
+      const ColumnStart current = start_of(tile);
+      run_float_tile<Kernel, Shapes>(*current.p, m, current.col0,
+                                     std::min(current.p->n, current.col0 + tile_cols), [&] {
+                                       tile = next_tile.fetch_add(1, std::memory_order_relaxed);
+                                       return start_of(tile);
+                                     });
+    }
   }
 }
 
