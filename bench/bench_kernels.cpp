@@ -9,10 +9,12 @@
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -263,8 +265,6 @@ BENCHMARK(BM_softmax)->Arg(2048)->Arg(32000);
 
 } // namespace
 
-BENCHMARK_MAIN();
-
 // Args: {F16 (1) or F32 (0) cache, context, query heads per KV head}; one
 // token, 8 KV heads of 128, blocks of 16 scattered over a cache of 8 times
 // the blocks needed. The KV bytes read per second are what attention at
@@ -310,3 +310,63 @@ BENCHMARK_TEMPLATE(BM_paged_attention, KvCacheType::F16)
     ->Args({4096, 4})
     ->ArgNames({"context", "group"})
     ->UseRealTime();
+
+// A decode step's attention at many sequences, as CpuModelRunner runs it:
+// 32 sequences of one token, each attending to 160 positions of its own
+// blocks (given together, neighbouring ids) in every layer of a
+// 134M-shaped cache (12 layers, 12 KV heads of 64, blocks of 16; 377 MB of
+// F32, more than any cache holds), the (sequence, KV head) pairs spread
+// over the OpenMP threads. Args: {KV heads per call}: 1 reads one head's
+// part of each block at a time, 12 a whole block, its heads side by side.
+template <KvCacheType kType>
+void BM_decode_attention(benchmark::State& state) {
+  const auto heads_per_call = static_cast<uint32_t>(state.range(0));
+  constexpr uint32_t kLayers = 12, kKvHeads = 12, kHeadDim = 64, kBlockSize = 16;
+  constexpr uint32_t kSequences = 32, kContext = 160, kPages = kContext / kBlockSize;
+  KvStorage kv(kType, kLayers, kSequences * kPages, kBlockSize, kKvHeads, kHeadDim);
+  const std::vector<float> row = random_vector(kHeadDim, 3);
+  std::vector<BlockId> tables(kSequences * kPages);
+  std::iota(tables.begin(), tables.end(), BlockId{0});
+  for (uint32_t layer = 0; layer < kLayers; ++layer)
+    for (uint32_t b = 0; b < kSequences * kPages; ++b)
+      for (uint32_t h = 0; h < kKvHeads; ++h)
+        for (uint32_t cell = 0; cell < kBlockSize; ++cell)
+          store_kv_head(kv, layer, b, h, cell, row.data(), row.data());
+  const std::vector<float> queries = random_vector(size_t{kSequences} * kKvHeads * kHeadDim, 4);
+  std::vector<float> out(queries.size());
+  const int threads = omp_get_max_threads();
+  std::vector<float> scores(size_t(threads) * kKvHeads * kContext);
+  const auto calls = static_cast<int64_t>(kSequences * (kKvHeads / heads_per_call));
+  const MatmulIsa isa = default_matmul_isa();
+  for (auto _ : state) {
+    for (uint32_t layer = 0; layer < kLayers; ++layer) {
+#pragma omp parallel for schedule(dynamic)
+      for (int64_t call = 0; call < calls; ++call) {
+        const auto sequence = static_cast<uint32_t>(call / (kKvHeads / heads_per_call));
+        const auto first =
+            static_cast<uint32_t>(call % (kKvHeads / heads_per_call)) * heads_per_call;
+        const size_t at = (size_t{sequence} * kKvHeads + first) * kHeadDim;
+        paged_attention_heads(
+            PagedKvHead{&kv, layer, first, &tables[sequence * kPages]}, heads_per_call, kContext,
+            &queries[at], 1, 1.0f / std::sqrt(float(kHeadDim)),
+            &scores[size_t(omp_get_thread_num()) * kKvHeads * kContext], &out[at], isa);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["kv_GB/s"] = benchmark::Counter(2.0 * kLayers * kSequences * kContext * kKvHeads *
+                                                     kHeadDim * kv_element_bytes(kType) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_TEMPLATE(BM_decode_attention, KvCacheType::F32)
+    ->Arg(1)
+    ->Arg(12)
+    ->ArgName("heads_per_call")
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_decode_attention, KvCacheType::F16)
+    ->Arg(1)
+    ->Arg(12)
+    ->ArgName("heads_per_call")
+    ->UseRealTime();
+
+BENCHMARK_MAIN();

@@ -1,7 +1,8 @@
 // The CPU KV cache's storage (caflm/kv/kv_storage.hpp): every (layer, block,
-// head) its own bytes, copy-on-write copies whole blocks and nothing else;
-// and its backing memory (huge_page_buffer.hpp): zeroed, writable to its
-// last byte, moved without copying or double freeing.
+// head) its own bytes, a block's heads side by side, copy-on-write copies
+// whole blocks and nothing else; and its backing memory
+// (huge_page_buffer.hpp): zeroed, writable to its last byte, moved without
+// copying or double freeing.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -71,6 +72,14 @@ TEST_CASE("each head of each block owns its bytes; copy_block copies whole block
       }
   // No two heads share a start, and no write above ran over another's bytes.
   CHECK(starts.size() == 2 * kLayers * kBlocks * kHeads);
+  // A block's heads lie side by side: attention reads them as one run.
+  CHECK(kv.head_bytes() == head_bytes);
+  for (std::uint32_t layer = 0; layer < kLayers; ++layer)
+    for (BlockId block = 0; block < kBlocks; ++block)
+      for (std::uint32_t head = 1; head < kHeads; ++head) {
+        CHECK(kv.keys(layer, block, head) == kv.keys(layer, block, head - 1) + head_bytes);
+        CHECK(kv.values(layer, block, head) == kv.values(layer, block, head - 1) + head_bytes);
+      }
 
   kv.copy_block(1, 3);
   for (std::uint32_t layer = 0; layer < kLayers; ++layer)

@@ -1,9 +1,10 @@
 // Attention over the paged CPU KV cache (caflm/cpu/paged_attention.hpp):
 // against a double-precision pass over the same stored keys and values, and
 // bitwise the same whatever the block size, the block table's order in
-// memory and how many query heads share the call.
+// memory and how many query and KV heads share the call.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -78,6 +79,24 @@ std::vector<float> attend(const Sequence& s, KvCacheType type, std::uint32_t blo
       paged_attention(PagedKvHead{&kv, 0, h, pages.data()}, s.context, &s.queries[first],
                       heads_per_call, scale, scores.data(), &out[first], isa);
     }
+  return out;
+}
+
+/// attend() with paged_attention_heads: `kv_heads_per_call` KV heads at a
+/// time (the last call takes what is left), each with its whole group.
+std::vector<float> attend_heads(const Sequence& s, KvCacheType type, std::uint32_t block_size,
+                                const std::vector<BlockId>& pages, std::uint32_t n_blocks,
+                                std::uint32_t kv_heads_per_call, MatmulIsa isa) {
+  const KvStorage kv = filled_cache(s, type, block_size, pages, n_blocks);
+  const std::uint32_t group = s.n_heads / s.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  std::vector<float> out(s.queries.size(), -1.0f), scores(std::size_t{s.n_heads} * s.context);
+  for (std::uint32_t h = 0; h < s.n_kv_heads; h += kv_heads_per_call) {
+    const std::size_t first = std::size_t{h} * group * s.head_dim;
+    paged_attention_heads(PagedKvHead{&kv, 0, h, pages.data()},
+                          std::min(kv_heads_per_call, s.n_kv_heads - h), s.context,
+                          &s.queries[first], group, scale, scores.data(), &out[first], isa);
+  }
   return out;
 }
 
@@ -181,6 +200,17 @@ TEST_CASE("paged attention matches a double-precision pass, bitwise the same for
           attend(s, type, 16, pages_for(context, 16, n_blocks), n_blocks, heads_per_call, isa);
       CHECK(std::memcmp(other.data(), base.data(), base.size() * sizeof(float)) == 0);
     }
+    // Several KV heads per call, each block's heads read together: every
+    // head's bits as alone, with blocks of 16 and of 24 (one-lane tails).
+    for (std::uint32_t block_size : {16u, 24u})
+      for (std::uint32_t kv_heads_per_call : {n_kv_heads, 2u}) {
+        INFO(to_string(isa) << " kernels, " << kv_heads_per_call << " KV heads per call, blocks of "
+                            << block_size);
+        const std::vector<float> other =
+            attend_heads(s, type, block_size, pages_for(context, block_size, n_blocks), n_blocks,
+                         kv_heads_per_call, isa);
+        CHECK(std::memcmp(other.data(), base.data(), base.size() * sizeof(float)) == 0);
+      }
   }
 }
 

@@ -43,10 +43,10 @@ CpuModelRunner::CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits 
   , positions_(limits.max_tokens)
   , rope_angles_(std::size_t{limits.max_tokens} * config_.head_dim)
   , token_item_(limits.max_tokens)
-  , attention_runs_(limits.max_tokens)
+  , attention_work_(std::size_t{limits.max_tokens} * config_.n_kv_heads)
   , threads_(omp_get_max_threads())
-  , scores_per_thread_(std::size_t{kAttentionRunTokens} * config_.query_group() *
-                       (limits.max_context + kAttentionRunTokens))
+  , scores_per_thread_(std::size_t{std::max(kAttentionRunTokens, config_.n_kv_heads)} *
+                       config_.query_group() * (limits.max_context + kAttentionRunTokens))
   , scores_(std::size_t(threads_) * scores_per_thread_) {}
 
 bool CpuModelRunner::valid(const RaggedBatch& batch) const {
@@ -177,36 +177,55 @@ void CpuModelRunner::store_kv(std::uint32_t layer, const RaggedBatch& batch,
 void CpuModelRunner::attention_layer(std::uint32_t layer, const RaggedBatch& batch) {
   const std::uint32_t head_dim = config_.head_dim;
   const std::uint32_t group = config_.query_group();
+  const std::uint32_t kv_heads = config_.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  // Runs of up to kAttentionRunTokens consecutive tokens of one item: a
-  // prefill's tokens read each block of their cache once per run.
-  std::uint32_t n_runs = 0;
+  // A decode token's KV heads go in runs, each one call that reads every
+  // block's heads together (paged_attention_heads), one run of the cache
+  // per block: runs as long as still leave about 4 calls per thread. A
+  // prefill's tokens go in runs of up to kAttentionRunTokens, one KV head
+  // each, and read each block of their cache once per run.
+  std::uint32_t decode_tokens = 0;
+  for (std::uint32_t i = 0; i < batch.item_count; ++i)
+    decode_tokens += batch.items[i].query_length == 1 ? 1 : 0;
+  const std::uint32_t calls_wanted = 4 * static_cast<std::uint32_t>(threads_);
+  const std::uint32_t heads_per_call = std::clamp<std::uint32_t>(
+      (decode_tokens * kv_heads + calls_wanted - 1) / calls_wanted, 1, kv_heads);
+  std::size_t n_work = 0;
   for (std::uint32_t i = 0; i < batch.item_count; ++i) {
     const RaggedBatchItem& item = batch.items[i];
+    if (item.query_length == 1) {
+      for (std::uint32_t h = 0; h < kv_heads; h += heads_per_call)
+        attention_work_[n_work++] =
+            AttentionWork{item.token_offset, 1, h, std::min(heads_per_call, kv_heads - h)};
+      continue;
+    }
     for (std::uint32_t t = 0; t < item.query_length; t += kAttentionRunTokens)
-      attention_runs_[n_runs++] =
-          AttentionRun{item.token_offset + t, std::min(kAttentionRunTokens, item.query_length - t)};
+      for (std::uint32_t h = 0; h < kv_heads; ++h)
+        attention_work_[n_work++] = AttentionWork{
+            item.token_offset + t, std::min(kAttentionRunTokens, item.query_length - t), h, 1};
   }
-  const std::int64_t work = std::int64_t{n_runs} * config_.n_kv_heads;
   const MatmulIsa isa = default_matmul_isa();
 
-  // Each (run, KV head) pair reads only its own sequence's cache, in
-  // position order, and every token's result has the bits of its own
-  // attention, so nothing depends on how the work is split. Pairs are handed
-  // out dynamically: a prefill's later tokens attend to longer contexts than
-  // its first ones.
+  // Each call reads only its own sequence's cache, in position order, and
+  // every token's result has the bits of its own attention, so nothing
+  // depends on how the work is split. Calls are handed out dynamically: a
+  // prefill's later tokens attend to longer contexts than its first ones.
 #pragma omp parallel for schedule(dynamic) num_threads(threads_)
-  for (std::int64_t pair = 0; pair < work; ++pair) {
-    const AttentionRun& run = attention_runs_[static_cast<std::size_t>(pair / config_.n_kv_heads)];
-    const auto kv_head = static_cast<std::uint32_t>(pair % config_.n_kv_heads);
-    const RaggedBatchItem& item = batch.items[token_item_[run.first_row]];
-    const PagedKvHead cache{&kv_, layer, kv_head, batch.block_tables + item.block_table_offset};
-    const auto context = static_cast<std::uint32_t>(positions_[run.first_row]) + 1; // causal
-    const std::size_t first_head =
-        std::size_t{run.first_row} * config_.q_dim() + std::size_t{kv_head} * group * head_dim;
+  for (std::int64_t w = 0; w < static_cast<std::int64_t>(n_work); ++w) {
+    const AttentionWork& work = attention_work_[static_cast<std::size_t>(w)];
+    const RaggedBatchItem& item = batch.items[token_item_[work.first_row]];
+    const PagedKvHead cache{&kv_, layer, work.first_kv_head,
+                            batch.block_tables + item.block_table_offset};
+    const auto context = static_cast<std::uint32_t>(positions_[work.first_row]) + 1; // causal
+    const std::size_t first_head = std::size_t{work.first_row} * config_.q_dim() +
+                                   std::size_t{work.first_kv_head} * group * head_dim;
     float* scores = scores_.data() + std::size_t(omp_get_thread_num()) * scores_per_thread_;
-    paged_attention_tokens(cache, context, run.tokens, q_.data() + first_head, config_.q_dim(),
-                           group, scale, scores, attn_.data() + first_head, isa);
+    if (work.tokens == 1)
+      paged_attention_heads(cache, work.kv_heads, context, q_.data() + first_head, group, scale,
+                            scores, attn_.data() + first_head, isa);
+    else
+      paged_attention_tokens(cache, context, work.tokens, q_.data() + first_head, config_.q_dim(),
+                             group, scale, scores, attn_.data() + first_head, isa);
   }
 }
 

@@ -40,7 +40,8 @@ class CpuModelRunner : public RaggedBackend {
   CpuModelRunner(std::shared_ptr<const Model> model, RunnerLimits limits);
 
   /// Consecutive tokens of one sequence whose attention one call computes
-  /// (paged_attention_tokens); the score scratch holds that many.
+  /// (paged_attention_tokens); the score scratch holds that many, or one
+  /// token's every KV head (paged_attention_heads), whichever is more.
   static constexpr std::uint32_t kAttentionRunTokens = 4;
 
   std::uint32_t vocab_size() const override { return config_.vocab_size; }
@@ -74,15 +75,18 @@ class CpuModelRunner : public RaggedBackend {
   std::vector<std::int32_t> positions_;   // [max_tokens]
   std::vector<float> rope_angles_;        // [max_tokens, head_dim] cos and sin of each pair
   std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
-  /// Consecutive tokens of one item whose attention runs in one call.
-  struct AttentionRun {
+  /// One call of a step's attention: consecutive tokens of one item and a
+  /// run of its KV heads.
+  struct AttentionWork {
     std::uint32_t first_row;
     std::uint32_t tokens;
+    std::uint32_t first_kv_head;
+    std::uint32_t kv_heads;
   };
-  std::vector<AttentionRun> attention_runs_; // [max_tokens] this step's
-  int threads_;                              // OpenMP threads of the attention loop
-  std::size_t scores_per_thread_;            // kAttentionRunTokens * group * (max_context + run)
-  std::vector<float> scores_;                // [threads, scores_per_thread_]
+  std::vector<AttentionWork> attention_work_; // [max_tokens * n_kv_heads] this step's
+  int threads_;                               // OpenMP threads of the attention loop
+  std::size_t scores_per_thread_;             // max(run, n_kv_heads) * group * (max_context + run)
+  std::vector<float> scores_;                 // [threads, scores_per_thread_]
 };
 
 } // namespace caflm

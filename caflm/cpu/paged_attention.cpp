@@ -73,34 +73,39 @@ float score_one(const typename E::T* __restrict__ keys_t, std::size_t block_size
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
 }
 
-/// scores[g * context + pos] for every query head g < group and pos <
-/// context: each block's keys meet all the group's queries while in L1.
+/// scores[(i * group + g) * context + pos] for each of the `heads` KV heads
+/// i from h.kv_head, every query head g < group and pos < context: each
+/// block's keys meet all the group's queries while in L1.
 template <typename E>
-void score_positions(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
-                     std::uint32_t group, float scale, float* __restrict__ scores) {
+void score_positions(const PagedKvHead& h, std::uint32_t heads, std::uint32_t context,
+                     const float* __restrict__ queries, std::uint32_t group, float scale,
+                     float* __restrict__ scores) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  for_each_block<E>(h, context, keys_of<E>, [&](const typename E::T* keys_t, std::size_t start) {
-    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    for (std::uint32_t g = 0; g < group; ++g) {
-      const float* query = queries + g * head_dim;
-      float* out = scores + std::size_t{g} * context + start;
-      if (block_size % 8 != 0) {
-        for (std::size_t cell = 0; cell < valid; ++cell)
-          out[cell] = score_one<E>(keys_t, block_size, cell, query, head_dim, scale);
-        continue;
-      }
-      // Lanes past `valid` read cells of this block that hold no key yet;
-      // their scores are computed and dropped.
-      std::size_t first = 0;
-      for (; first + 16 <= block_size && first < valid; first += 16)
-        score_chunks<E, 2>(keys_t, block_size, first, query, head_dim, scale, out + first,
-                           valid - first);
-      if (first < valid)
-        score_chunks<E, 1>(keys_t, block_size, first, query, head_dim, scale, out + first,
-                           valid - first);
-    }
-  });
+  for_each_block<E>(h, heads, context, keys_of<E>,
+                    [&](const typename E::T* keys_t, std::size_t start, std::uint32_t i) {
+                      const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+                      for (std::uint32_t g = 0; g < group; ++g) {
+                        const std::size_t row = std::size_t{i} * group + g;
+                        const float* query = queries + row * head_dim;
+                        float* out = scores + row * context + start;
+                        if (block_size % 8 != 0) {
+                          for (std::size_t cell = 0; cell < valid; ++cell)
+                            out[cell] =
+                                score_one<E>(keys_t, block_size, cell, query, head_dim, scale);
+                          continue;
+                        }
+                        // Lanes past `valid` read cells of this block that hold no key
+                        // yet; their scores are computed and dropped.
+                        std::size_t first = 0;
+                        for (; first + 16 <= block_size && first < valid; first += 16)
+                          score_chunks<E, 2>(keys_t, block_size, first, query, head_dim, scale,
+                                             out + first, valid - first);
+                        if (first < valid)
+                          score_chunks<E, 1>(keys_t, block_size, first, query, head_dim, scale,
+                                             out + first, valid - first);
+                      }
+                    });
 }
 
 /// out[d0, d0 + 8 * kVectors) += the weighted value rows of one block's
@@ -125,53 +130,66 @@ void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_
     _mm256_storeu_ps(out + d0 + 8 * v, acc[v]);
 }
 
-/// out[g] = sum over pos of probs[g][pos] * v[pos], for every query head g:
-/// each block's value rows meet all the group's weights while in L1. Every
-/// out[g][d] takes its fmas in position order (kept in memory between
-/// blocks, which changes no bit).
+/// out[i][g] = sum over pos of probs[i][g][pos] * v_i[pos], for each of the
+/// `heads` KV heads i from h.kv_head and every query head g: each block's
+/// value rows meet all the group's weights while in L1. Every out[i][g][d]
+/// takes its fmas in position order (kept in memory between blocks, which
+/// changes no bit).
 template <typename E>
-void weighted_values(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ probs,
-                     std::uint32_t group, float* __restrict__ out) {
+void weighted_values(const PagedKvHead& h, std::uint32_t heads, std::uint32_t context,
+                     const float* __restrict__ probs, std::uint32_t group,
+                     float* __restrict__ out) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  std::fill_n(out, std::size_t{group} * head_dim, 0.0f);
-  for_each_block<E>(h, context, values_of<E>, [&](const typename E::T* rows, std::size_t start) {
-    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    for (std::uint32_t g = 0; g < group; ++g) {
-      const float* p = probs + std::size_t{g} * context + start;
-      float* head_out = out + std::size_t{g} * head_dim;
-      // Eight accumulators at a time keep the rows' loads ahead of the fmas
-      // without spilling.
-      std::size_t d = 0;
-      for (; d + 64 <= head_dim; d += 64)
-        add_weighted_rows<E, 8>(rows, head_dim, valid, p, d, head_out);
-      for (; d + 32 <= head_dim; d += 32)
-        add_weighted_rows<E, 4>(rows, head_dim, valid, p, d, head_out);
-      for (; d + 8 <= head_dim; d += 8)
-        add_weighted_rows<E, 1>(rows, head_dim, valid, p, d, head_out);
-      for (; d < head_dim; ++d)
-        for (std::size_t cell = 0; cell < valid; ++cell)
-          head_out[d] = std::fma(p[cell], E::load1(rows + cell * head_dim + d), head_out[d]);
-    }
-  });
+  std::fill_n(out, std::size_t{heads} * group * head_dim, 0.0f);
+  for_each_block<E>(h, heads, context, values_of<E>,
+                    [&](const typename E::T* rows, std::size_t start, std::uint32_t i) {
+                      const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+                      for (std::uint32_t g = 0; g < group; ++g) {
+                        const std::size_t row = std::size_t{i} * group + g;
+                        const float* p = probs + row * context + start;
+                        float* head_out = out + row * head_dim;
+                        // Eight accumulators at a time keep the rows' loads ahead of the
+                        // fmas without spilling.
+                        std::size_t d = 0;
+                        for (; d + 64 <= head_dim; d += 64)
+                          add_weighted_rows<E, 8>(rows, head_dim, valid, p, d, head_out);
+                        for (; d + 32 <= head_dim; d += 32)
+                          add_weighted_rows<E, 4>(rows, head_dim, valid, p, d, head_out);
+                        for (; d + 8 <= head_dim; d += 8)
+                          add_weighted_rows<E, 1>(rows, head_dim, valid, p, d, head_out);
+                        for (; d < head_dim; ++d)
+                          for (std::size_t cell = 0; cell < valid; ++cell)
+                            head_out[d] = std::fma(p[cell], E::load1(rows + cell * head_dim + d),
+                                                   head_out[d]);
+                      }
+                    });
 }
 
+/// Attention of one token for `heads` KV heads from h.kv_head.
 template <typename E>
-void attend(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
-            std::uint32_t group, float scale, float* __restrict__ scores, float* __restrict__ out,
-            bool avx512) {
+void attend(const PagedKvHead& h, std::uint32_t heads, std::uint32_t context,
+            const float* __restrict__ queries, std::uint32_t group, float scale,
+            float* __restrict__ scores, float* __restrict__ out, bool avx512) {
   if (avx512) {
-    detail::score_positions_avx512(h, context, queries, group, scale, scores);
+    detail::score_positions_avx512(h, heads, context, queries, group, scale, scores);
   } else {
-    score_positions<E>(h, context, queries, group, scale, scores);
+    score_positions<E>(h, heads, context, queries, group, scale, scores);
   }
-  for (std::uint32_t g = 0; g < group; ++g)
-    softmax_f32(scores + std::size_t{g} * context, context);
+  for (std::uint32_t row = 0; row < heads * group; ++row)
+    softmax_f32(scores + std::size_t{row} * context, context);
   if (avx512) {
-    detail::weighted_values_avx512(h, context, group, scores, group, out);
+    detail::weighted_values_avx512(h, heads, context, group, scores, group, out);
   } else {
-    weighted_values<E>(h, context, scores, group, out);
+    weighted_values<E>(h, heads, context, scores, group, out);
   }
+}
+
+/// Throws std::invalid_argument when this CPU cannot run `isa`.
+void require_isa(MatmulIsa isa) {
+  if (!matmul_isa_supported(isa))
+    throw std::invalid_argument(std::string("paged_attention: this CPU cannot run the ") +
+                                to_string(isa) + " kernels");
 }
 
 /// Rounds to nearest even, as ggml's GGML_FP32_TO_FP16.
@@ -191,24 +209,26 @@ void paged_attention(const PagedKvHead& head, std::uint32_t context,
 void paged_attention(const PagedKvHead& head, std::uint32_t context,
                      const float* __restrict__ queries, std::uint32_t group, float scale,
                      float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa) {
-  if (!matmul_isa_supported(isa))
-    throw std::invalid_argument(std::string("paged_attention: this CPU cannot run the ") +
-                                to_string(isa) + " kernels");
+  paged_attention_heads(head, 1, context, queries, group, scale, scores, out, isa);
+}
+
+void paged_attention_heads(const PagedKvHead& first, std::uint32_t kv_heads, std::uint32_t context,
+                           const float* __restrict__ queries, std::uint32_t group, float scale,
+                           float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa) {
+  require_isa(isa);
   // The 16-lane kernels take whole vectors of a block's positions.
-  const bool avx512 = isa != MatmulIsa::Avx2 && head.kv->block_size() % 16 == 0;
-  if (head.kv->type() == KvCacheType::F16)
-    attend<F16Elements>(head, context, queries, group, scale, scores, out, avx512);
+  const bool avx512 = isa != MatmulIsa::Avx2 && first.kv->block_size() % 16 == 0;
+  if (first.kv->type() == KvCacheType::F16)
+    attend<F16Elements>(first, kv_heads, context, queries, group, scale, scores, out, avx512);
   else
-    attend<F32Elements>(head, context, queries, group, scale, scores, out, avx512);
+    attend<F32Elements>(first, kv_heads, context, queries, group, scale, scores, out, avx512);
 }
 
 void paged_attention_tokens(const PagedKvHead& head, std::uint32_t first_context,
                             std::uint32_t tokens, const float* __restrict__ queries,
                             std::size_t token_stride, std::uint32_t group, float scale,
                             float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa) {
-  if (!matmul_isa_supported(isa))
-    throw std::invalid_argument(std::string("paged_attention: this CPU cannot run the ") +
-                                to_string(isa) + " kernels");
+  require_isa(isa);
   if (tokens == 0)
     return;
   if (tokens == 1 || isa == MatmulIsa::Avx2 || head.kv->block_size() % 16 != 0) {
@@ -228,10 +248,10 @@ void paged_attention_tokens(const PagedKvHead& head, std::uint32_t first_context
   for (std::uint32_t t = 0; t < tokens; ++t)
     std::copy_n(queries + t * token_stride, row_floats, gathered.data() + t * row_floats);
   const std::uint32_t last_context = first_context + tokens - 1;
-  detail::score_positions_avx512(head, last_context, gathered.data(), rows, scale, scores);
+  detail::score_positions_avx512(head, 1, last_context, gathered.data(), rows, scale, scores);
   for (std::uint32_t r = 0; r < rows; ++r)
     softmax_f32(scores + std::size_t{r} * last_context, first_context + r / group);
-  detail::weighted_values_avx512(head, first_context, group, scores, rows, results.data());
+  detail::weighted_values_avx512(head, 1, first_context, group, scores, rows, results.data());
   for (std::uint32_t t = 0; t < tokens; ++t)
     std::copy_n(results.data() + t * row_floats, row_floats, out + t * token_stride);
 }

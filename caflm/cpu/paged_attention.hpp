@@ -8,10 +8,11 @@
 
 // Attention over the paged CPU KV cache (caflm/kv/kv_storage.hpp), F16 or F32.
 //
-// One call handles one token and one KV head: each block of that head's
-// cache meets all `group` query heads that share it (grouped-query attention)
-// while it is in L1, so the cache is read from memory once per token, not
-// once per query head.
+// One call handles one token and one KV head, or a run of KV heads: each
+// block of a head's cache meets all `group` query heads that share it
+// (grouped-query attention) while it is in L1, so the cache is read from
+// memory once per token, not once per query head; a run of heads reads
+// each block's heads together, one run of bytes.
 //
 // Batch invariance: every result depends only on the token's query, its own
 // sequence's cache and the context length, in one fixed order:
@@ -49,6 +50,16 @@ void paged_attention(const PagedKvHead& head, std::uint32_t context,
 void paged_attention(const PagedKvHead& head, std::uint32_t context,
                      const float* __restrict__ queries, std::uint32_t group, float scale,
                      float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa);
+
+/// paged_attention of one token for `kv_heads` consecutive KV heads from
+/// first.kv_head, with the kernels of `isa`: each block's heads are read
+/// together, one run of the cache (kv_storage.hpp), and each head's result
+/// has the bits of its own paged_attention call.
+/// - queries: [kv_heads * group, head_dim]; scores: scratch of [kv_heads * group, context];
+///   out: [kv_heads * group, head_dim]
+void paged_attention_heads(const PagedKvHead& first, std::uint32_t kv_heads, std::uint32_t context,
+                           const float* __restrict__ queries, std::uint32_t group, float scale,
+                           float* __restrict__ scores, float* __restrict__ out, MatmulIsa isa);
 
 /// paged_attention of `tokens` consecutive tokens of one sequence, token t
 /// attending to first_context + t positions (a prefill's causal rows): each

@@ -131,21 +131,26 @@ void for_group_runs(std::uint32_t group, F f) {
 }
 
 template <typename E>
-void score_positions(const PagedKvHead& h, std::uint32_t context, const float* __restrict__ queries,
-                     std::uint32_t group, float scale, float* __restrict__ scores) {
+void score_positions(const PagedKvHead& h, std::uint32_t heads, std::uint32_t context,
+                     const float* __restrict__ queries, std::uint32_t group, float scale,
+                     float* __restrict__ scores) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
-  for_each_block<E>(h, context, keys_of<E>, [&](const typename E::T* keys_t, std::size_t start) {
-    const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-    // Lanes past `valid` read cells of this block that hold no key yet;
-    // their scores are computed and dropped.
-    for (std::size_t first = 0; first < valid; first += 16)
-      for_group_runs(group, [&](std::uint32_t g, auto run) {
-        score_chunk<E, decltype(run)::value>(keys_t, block_size, first, queries + g * head_dim,
-                                             head_dim, scale, scores + g * context + start + first,
-                                             context, valid - first);
-      });
-  });
+  for_each_block<E>(h, heads, context, keys_of<E>,
+                    [&](const typename E::T* keys_t, std::size_t start, std::uint32_t i) {
+                      const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+                      const float* head_queries = queries + std::size_t{i} * group * head_dim;
+                      float* head_scores = scores + std::size_t{i} * group * context;
+                      // Lanes past `valid` read cells of this block that hold
+                      // no key yet; their scores are computed and dropped.
+                      for (std::size_t first = 0; first < valid; first += 16)
+                        for_group_runs(group, [&](std::uint32_t g, auto run) {
+                          score_chunk<E, decltype(run)::value>(
+                              keys_t, block_size, first, head_queries + g * head_dim, head_dim,
+                              scale, head_scores + g * context + start + first, context,
+                              valid - first);
+                        });
+                    });
 }
 
 /// Adds cells [first_cell, end_cell) of one block's value `rows` to
@@ -168,7 +173,7 @@ void add_cells(const typename E::T* __restrict__ rows, std::size_t head_dim, std
 }
 
 template <typename E>
-void weighted_values(const PagedKvHead& h, std::uint32_t first_context,
+void weighted_values(const PagedKvHead& h, std::uint32_t heads, std::uint32_t first_context,
                      std::uint32_t rows_per_context, const float* __restrict__ probs,
                      std::uint32_t n_rows, float* __restrict__ out) {
   const std::size_t block_size = h.kv->block_size();
@@ -176,49 +181,53 @@ void weighted_values(const PagedKvHead& h, std::uint32_t first_context,
   // Row r attends to first_context + r / rows_per_context positions; the
   // last row's context is the longest, and the stride of `probs`.
   const std::size_t context = first_context + (n_rows - 1) / rows_per_context;
-  std::fill_n(out, std::size_t{n_rows} * head_dim, 0.0f);
-  for_each_block<E>(h, context, values_of<E>, [&](const typename E::T* rows, std::size_t start) {
-    const auto valid = [&](std::uint32_t row) -> std::size_t {
-      const std::size_t own = first_context + row / rows_per_context;
-      return own > start ? std::min(block_size, own - start) : 0;
-    };
-    for_group_runs(n_rows, [&](std::uint32_t g, auto run) {
-      constexpr int kGroup = decltype(run)::value;
-      const float* p = probs + std::size_t{g} * context + start;
-      float* run_out = out + std::size_t{g} * head_dim;
-      // Contexts grow with the row: the run's first row has the fewest
-      // cells, which all its rows take together; each row then takes the
-      // rest of its own, still in cell order.
-      const std::size_t shared = valid(g);
-      add_cells<E, kGroup>(rows, head_dim, 0, shared, p, context, run_out);
-      for (int i = 0; i < kGroup; ++i) {
-        const std::size_t own = valid(g + i);
-        if (own > shared)
-          add_cells<E, 1>(rows, head_dim, shared, own, p + i * context, context,
-                          run_out + i * head_dim);
-      }
-    });
-  });
+  std::fill_n(out, std::size_t{heads} * n_rows * head_dim, 0.0f);
+  for_each_block<E>(h, heads, context, values_of<E>,
+                    [&](const typename E::T* rows, std::size_t start, std::uint32_t i) {
+                      const auto valid = [&](std::uint32_t row) -> std::size_t {
+                        const std::size_t own = first_context + row / rows_per_context;
+                        return own > start ? std::min(block_size, own - start) : 0;
+                      };
+                      const float* head_probs = probs + std::size_t{i} * n_rows * context;
+                      float* head_out = out + std::size_t{i} * n_rows * head_dim;
+                      for_group_runs(n_rows, [&](std::uint32_t g, auto run) {
+                        constexpr int kGroup = decltype(run)::value;
+                        const float* p = head_probs + std::size_t{g} * context + start;
+                        float* run_out = head_out + std::size_t{g} * head_dim;
+                        // Contexts grow with the row: the run's first row has the fewest
+                        // cells, which all its rows take together; each row then takes
+                        // the rest of its own, still in cell order.
+                        const std::size_t shared = valid(g);
+                        add_cells<E, kGroup>(rows, head_dim, 0, shared, p, context, run_out);
+                        for (int r = 0; r < kGroup; ++r) {
+                          const std::size_t own = valid(g + r);
+                          if (own > shared)
+                            add_cells<E, 1>(rows, head_dim, shared, own, p + r * context, context,
+                                            run_out + r * head_dim);
+                        }
+                      });
+                    });
 }
 
 } // namespace
 
-void detail::score_positions_avx512(const PagedKvHead& head, std::uint32_t context,
-                                    const float* __restrict__ queries, std::uint32_t group,
-                                    float scale, float* __restrict__ scores) {
+void detail::score_positions_avx512(const PagedKvHead& head, std::uint32_t heads,
+                                    std::uint32_t context, const float* __restrict__ queries,
+                                    std::uint32_t group, float scale, float* __restrict__ scores) {
   if (head.kv->type() == KvCacheType::F16)
-    score_positions<F16Elements>(head, context, queries, group, scale, scores);
+    score_positions<F16Elements>(head, heads, context, queries, group, scale, scores);
   else
-    score_positions<F32Elements>(head, context, queries, group, scale, scores);
+    score_positions<F32Elements>(head, heads, context, queries, group, scale, scores);
 }
 
-void detail::weighted_values_avx512(const PagedKvHead& head, std::uint32_t first_context,
-                                    std::uint32_t rows_per_context, const float* __restrict__ probs,
-                                    std::uint32_t rows, float* __restrict__ out) {
+void detail::weighted_values_avx512(const PagedKvHead& head, std::uint32_t heads,
+                                    std::uint32_t first_context, std::uint32_t rows_per_context,
+                                    const float* __restrict__ probs, std::uint32_t rows,
+                                    float* __restrict__ out) {
   if (head.kv->type() == KvCacheType::F16)
-    weighted_values<F16Elements>(head, first_context, rows_per_context, probs, rows, out);
+    weighted_values<F16Elements>(head, heads, first_context, rows_per_context, probs, rows, out);
   else
-    weighted_values<F32Elements>(head, first_context, rows_per_context, probs, rows, out);
+    weighted_values<F32Elements>(head, heads, first_context, rows_per_context, probs, rows, out);
 }
 
 } // namespace caflm

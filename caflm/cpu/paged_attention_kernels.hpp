@@ -17,19 +17,21 @@ namespace caflm::detail {
 /// paged_attention's scores and weighted sum with 16-lane AVX-512 kernels
 /// (paged_attention_avx512.cpp): the operations of the 8-lane ones, so the
 /// same bits. The CPU must have AVX-512 F and the block size must be a
-/// multiple of 16.
-/// - queries: [group, head_dim]; scores: [group, context]
-void score_positions_avx512(const PagedKvHead& head, std::uint32_t context,
+/// multiple of 16. Both take `heads` consecutive KV heads from
+/// head.kv_head, each block's heads together.
+/// - queries: [heads, group, head_dim]; scores: [heads, group, context]
+void score_positions_avx512(const PagedKvHead& head, std::uint32_t heads, std::uint32_t context,
                             const float* __restrict__ queries, std::uint32_t group, float scale,
                             float* __restrict__ scores);
 /// For query rows of consecutive tokens (a prefill's), row r attends to
 /// first_context + r / rows_per_context positions; scores are computed up to
 /// the last row's context for all rows, and each row's weighted sum takes
 /// only its own positions.
-/// - probs: [rows, last row's context]; out: [rows, head_dim]
-void weighted_values_avx512(const PagedKvHead& head, std::uint32_t first_context,
-                            std::uint32_t rows_per_context, const float* __restrict__ probs,
-                            std::uint32_t rows, float* __restrict__ out);
+/// - probs: [heads, rows, last row's context]; out: [heads, rows, head_dim]
+void weighted_values_avx512(const PagedKvHead& head, std::uint32_t heads,
+                            std::uint32_t first_context, std::uint32_t rows_per_context,
+                            const float* __restrict__ probs, std::uint32_t rows,
+                            float* __restrict__ out);
 
 } // namespace caflm::detail
 
@@ -87,19 +89,24 @@ const typename E::T* values_of(const PagedKvHead& h, BlockId block) {
   return reinterpret_cast<const typename E::T*>(h.kv->values(h.layer, block, h.kv_head));
 }
 
-/// Calls body(block, start) for each block holding positions [0, context)
-/// of `h`, in position order: `block` is block_of(h, its id) (keys_of or
-/// values_of), `start` its first position. Prefetches kPrefetchBlocks ahead.
+/// Calls body(block, start, i) for each block holding positions [0, context)
+/// of the `heads` KV heads from h.kv_head, in position order and, within a
+/// block, head order: `block` is head h.kv_head + i's part of it (keys_of or
+/// values_of), `start` its first position. A block's heads lie side by side
+/// (kv_storage.hpp), so each block is one run of bytes. Prefetches
+/// kPrefetchBlocks ahead.
 template <typename E, typename Body>
-void for_each_block(const PagedKvHead& h, std::size_t context,
+void for_each_block(const PagedKvHead& h, std::uint32_t heads, std::size_t context,
                     const typename E::T* (*block_of)(const PagedKvHead&, BlockId), Body body) {
   const std::size_t block_size = h.kv->block_size();
-  const std::size_t block_bytes = block_size * h.kv->head_dim() * sizeof(typename E::T);
+  const std::size_t head_elements = block_size * h.kv->head_dim();
   const std::size_t pages = (context + block_size - 1) / block_size;
   const auto block_at = [&](std::size_t page) { return block_of(h, h.pages[page]); };
   for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
-    prefetch_ahead(block_at, page, pages, block_bytes);
-    body(block_at(page), start);
+    prefetch_ahead(block_at, page, pages, heads * head_elements * sizeof(typename E::T));
+    const typename E::T* first_head = block_at(page);
+    for (std::uint32_t i = 0; i < heads; ++i)
+      body(first_head + i * head_elements, start, i);
   }
 }
 

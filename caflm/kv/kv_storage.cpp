@@ -33,11 +33,12 @@ KvStorage::KvStorage(KvCacheType type, std::uint32_t n_layers, std::uint32_t n_b
   , values_(keys_.size()) {}
 
 void KvStorage::copy_block(BlockId source, BlockId destination) {
-  for (std::uint32_t layer = 0; layer < n_layers_; ++layer)
-    for (std::uint32_t head = 0; head < n_kv_heads_; ++head) {
-      std::copy_n(keys(layer, source, head), head_stride_, keys(layer, destination, head));
-      std::copy_n(values(layer, source, head), head_stride_, values(layer, destination, head));
-    }
+  // A layer's block is its heads side by side: one run of bytes each.
+  const std::size_t block_bytes = std::size_t{n_kv_heads_} * head_stride_;
+  for (std::uint32_t layer = 0; layer < n_layers_; ++layer) {
+    std::copy_n(keys(layer, source, 0), block_bytes, keys(layer, destination, 0));
+    std::copy_n(values(layer, source, 0), block_bytes, values(layer, destination, 0));
+  }
 }
 
 } // namespace caflm
