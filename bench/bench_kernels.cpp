@@ -64,14 +64,18 @@ void run_linear(benchmark::State& state, size_t pool_bytes) {
   }
   const std::vector<uint8_t> w = random_weight(kType, n, k);
   const size_t copies = std::max<size_t>(1, (pool_bytes + w.size() - 1) / w.size());
-  std::vector<uint8_t> pool(copies * w.size());
+  // Each copy on a 64-byte boundary, as the tensors of a GGUF file whose
+  // data starts on one (general.alignment is 32: half of all files).
+  const size_t stride = (w.size() + 63) / 64 * 64;
+  std::vector<uint8_t> storage(copies * stride + 64);
+  uint8_t* pool = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
   for (size_t c = 0; c < copies; ++c)
-    std::copy(w.begin(), w.end(), pool.begin() + static_cast<std::ptrdiff_t>(c * w.size()));
+    std::copy(w.begin(), w.end(), pool + c * stride);
   const std::vector<float> x = random_vector(m * k, 2);
   std::vector<float> y(m * n);
   size_t copy = 0;
   for (auto _ : state) {
-    const WeightView view{kType, pool.data() + copy * w.size(), n, k};
+    const WeightView view{kType, pool + copy * stride, n, k};
     linear(view, x.data(), m, y.data(), nullptr, kIsa);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();

@@ -32,6 +32,7 @@ struct Avx2Simd {
   static void store(float* to, V v) { _mm256_storeu_ps(to, v); }
   static V load_x_partial(const float* x, size_t r) { return _mm256_maskload_ps(x, tail_mask(r)); }
   static float hsum(V v) { return hsum8(v); }
+  static __m128 hsum4(V a, V b, V c, V d) { return hsum8x4(a, b, c, d); }
 };
 
 // Loads 8 consecutive weights of one row as f32. `load_partial` loads the

@@ -25,6 +25,7 @@ struct Avx512Simd {
     return _mm512_maskz_loadu_ps(first_lanes(r), x);
   }
   static float hsum(V v) { return hsum16(v); }
+  static __m128 hsum4(V a, V b, V c, V d) { return hsum16x4(a, b, c, d); }
 };
 
 // Loads 16 consecutive weights of one row as f32. `load_partial` loads the

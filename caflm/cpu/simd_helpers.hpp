@@ -80,11 +80,49 @@ inline void prefetch_next_slice(const uint8_t* next, size_t next_bytes, size_t s
     _mm_prefetch(reinterpret_cast<const char*>(next + 64 * line), _MM_HINT_T1);
 }
 
+/// hsum8 of four vectors at once, [hsum8(v0), hsum8(v1), hsum8(v2),
+/// hsum8(v3)]: each lane takes hsum8's additions in its order, so the same
+/// bits, with a third of the shuffles and adds of four calls.
+inline __m128 hsum8x4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+  // [v0 lo + hi | v1 lo + hi] and likewise v2, v3: lanes i and i + 4.
+  const __m256 b01 =
+      _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
+  const __m256 b23 =
+      _mm256_add_ps(_mm256_permute2f128_ps(v2, v3, 0x20), _mm256_permute2f128_ps(v2, v3, 0x31));
+  // Lanes 0 + 2 and 1 + 3 of each: [c0, c2 | c1, c3], two lanes each.
+  const __m256 c = _mm256_add_ps(_mm256_shuffle_ps(b01, b23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(b01, b23, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Lane 0 + 1 of each: [d0, d2, d0, d2 | d1, d3, d1, d3].
+  const __m256 d = _mm256_add_ps(_mm256_shuffle_ps(c, c, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(c, c, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_castps256_ps128(
+      _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0)));
+}
+
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 /// Horizontal sum of 16 lanes in one fixed order: lanes i and i + 8 first,
 /// then hsum8's order on those sums.
 inline float hsum16(__m512 v) {
   return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+/// hsum16 of four vectors at once, [hsum16(v0), ..., hsum16(v3)], with
+/// hsum16's additions in each lane, so the same bits.
+inline __m128 hsum16x4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+  // [v0 lanes i + (i + 8) | v1's], [v2's | v3's].
+  const __m512 a01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+  const __m512 a23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+  // hsum8's lanes i + (i + 4) of each: [b0 | b1 | b2 | b3], 4 lanes each.
+  const __m512 b =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+  // Then lanes 0 + 2 and 1 + 3 of each, then 0 + 1: each sum in lane 0 of
+  // its 128 bits.
+  const __m512 c = _mm512_add_ps(b, _mm512_shuffle_ps(b, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 d = _mm512_add_ps(c, _mm512_movehdup_ps(c));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d));
 }
 
 // Lanes 4L .. 4L + 3 of the result: the sums of 128-bit lane L of v0, v1, v2
