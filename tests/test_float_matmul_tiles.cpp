@@ -1,5 +1,6 @@
-// How run_float_tiles hands one row's columns to the threads, seen through a
-// kernel that records its calls instead of computing.
+// How run_float_tiles hands columns to the threads and what each block asks
+// the caches for, seen through kernels that record their calls instead of
+// computing.
 #include "caflm/cpu/float_matmul_kernels.hpp"
 
 #include <catch2/catch.hpp>
@@ -54,7 +55,83 @@ struct RecordingKernel {
   }
 };
 
+/// One call of a column-first block: its rows and columns, and the weight
+/// bytes its prefetch cursor reaches over the block's steps along K.
+struct ColumnCall {
+  std::size_t row0;
+  std::size_t col0;
+  const std::uint8_t* prefetch_begin;
+  const std::uint8_t* prefetch_end;
+};
+
+std::vector<ColumnCall>* column_calls = nullptr;
+
+/// A kernel of 4-byte weights, whose blocks of 4 rows and 6 columns go
+/// column-first (run_float_tile), recording each call.
+struct RecordingF32Kernel {
+  static constexpr std::size_t kWeightBytes = 4;
+  static constexpr std::size_t kLanes = 16;
+
+  template <int MR, int NR>
+  static void block(const detail::FloatProblem& p, std::size_t row0, std::size_t col0,
+                    PrefetchCursor prefetch = {}) {
+    const std::uint8_t* begin = prefetch.line;
+    const std::uint8_t* end = begin;
+    if (begin != nullptr && begin < prefetch.end) {
+      const std::size_t reach = 64 * prefetch.lines_per_step * (p.k / kLanes);
+      end = reach < static_cast<std::size_t>(prefetch.end - begin) ? begin + reach : prefetch.end;
+    }
+    column_calls->push_back({row0, col0, begin, end});
+  }
+
+  template <int NR>
+  static void one_row_block(const detail::FloatProblem& p, std::size_t row, std::size_t col0,
+                            PrefetchCursor prefetch) {
+    block<1, NR>(p, row, col0, prefetch);
+  }
+};
+
+struct ColumnFirstShapes {
+  static constexpr int NR4 = 6, NR3 = 6, NR2 = 8, NR1 = 8;
+};
+
 } // namespace
+
+TEST_CASE("column-first blocks fetch all of the next block's weights, however few their rows",
+          "[float_matmul][prefetch]") {
+  // One tile of 48 columns: 8 blocks of 6, each sweeping all rows in groups
+  // of 4; K = 768 is 48 steps of 16.
+  constexpr std::size_t k = 768, n = 48, row_bytes = 4 * k;
+  std::vector<float> weights(n * k), y(32 * n), x(32 * k);
+  const auto* w = reinterpret_cast<const std::uint8_t*>(weights.data());
+  for (std::size_t m : {4, 8, 16, 32}) {
+    INFO(m << " rows");
+    const detail::FloatProblem problem{w, row_bytes, x.data(), k, n, y.data(), nullptr};
+    std::vector<ColumnCall> calls;
+    column_calls = &calls;
+    const OmpThreads team(1);
+    run_float_tiles<RecordingF32Kernel, ColumnFirstShapes>(&problem, 1, m);
+    column_calls = nullptr;
+    REQUIRE(calls.size() == (n / 6) * (m / 4));
+    for (std::size_t col0 = 0; col0 + 6 < n; col0 += 6) {
+      INFO("block at column " << col0);
+      // Each line of the next block's 6 weight rows, asked for by some
+      // group of this block.
+      std::vector<bool> fetched(6 * row_bytes / 64, false);
+      const std::uint8_t* next = w + (col0 + 6) * row_bytes;
+      for (const ColumnCall& call : calls)
+        if (call.col0 == col0)
+          for (const std::uint8_t* line = call.prefetch_begin; line < call.prefetch_end;
+               line += 64) {
+            REQUIRE(line >= next);
+            REQUIRE(line < next + 6 * row_bytes);
+            fetched[static_cast<std::size_t>(line - next) / 64] = true;
+          }
+      CHECK(std::count(fetched.begin(), fetched.end(), true) ==
+            static_cast<std::ptrdiff_t>(fetched.size()));
+    }
+  }
+}
 
 TEST_CASE("each one-row block prefetches the block its thread computes next",
           "[float_matmul][prefetch]") {

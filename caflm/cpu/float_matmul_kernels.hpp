@@ -250,13 +250,20 @@ inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std
 // Runs Kernel over the columns [col_begin, col_end) of the rows [row_begin,
 // row_end) (a multiple of 4 apart): NR columns at a time (single columns at
 // a ragged edge), each sweeping all those rows in groups of 4. In the first
-// chunk of rows, each group fetches its slice of the next block's weights
-// (as much as one line per step along K covers).
+// chunk of rows, each group fetches its slice of the next block's weights:
+// one line per step along K, so that the first groups have fetched it all
+// before the block starts, or as many more per step as it takes for fewer
+// groups to fetch it all (with one line per step, 8 rows fetched a third).
 template <typename Kernel, int NR>
 inline void float_block_column(const detail::FloatProblem& p, std::size_t row_begin,
                                std::size_t row_end, std::size_t col_begin, std::size_t col_end,
                                bool first_rows) {
-  const std::size_t slice_bytes = 64 * (p.k / Kernel::kLanes);
+  const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
+  const std::size_t groups = (row_end - row_begin) / 4;
+  const std::size_t block_lines = (NR * p.w_row_bytes + 63) / 64;
+  const std::size_t slice_lines = std::max(steps, (block_lines + groups - 1) / groups);
+  const std::size_t slice_bytes = 64 * slice_lines;
+  const std::size_t lines_per_step = (slice_lines + steps - 1) / steps;
   std::size_t col = col_begin;
   for (; col + NR <= col_end; col += NR) {
     const std::uint8_t* next = p.w + (col + NR) * p.w_row_bytes;
@@ -264,7 +271,8 @@ inline void float_block_column(const detail::FloatProblem& p, std::size_t row_be
         first_rows && col + 2 * NR <= col_end ? next + NR * p.w_row_bytes : next;
     for (std::size_t row = row_begin; row < row_end; row += 4) {
       const std::uint8_t* slice = next + (row - row_begin) / 4 * slice_bytes;
-      Kernel::template block<4, NR>(p, row, col, {slice, std::min(next_end, slice + slice_bytes)});
+      Kernel::template block<4, NR>(
+          p, row, col, {slice, std::min(next_end, slice + slice_bytes), lines_per_step});
     }
   }
   for (; col < col_end; ++col)
