@@ -28,6 +28,7 @@ struct RecordedShapes {
 /// bytes its prefetch cursor covers.
 struct Call {
   const detail::FloatProblem* p;
+  std::size_t row0;
   std::size_t col0;
   int cols;
   const std::uint8_t* prefetch_begin;
@@ -43,9 +44,9 @@ struct RecordingKernel {
   static constexpr std::size_t kLanes = 16;
 
   template <int MR, int NR>
-  static void block(const detail::FloatProblem& p, std::size_t, std::size_t col0,
+  static void block(const detail::FloatProblem& p, std::size_t row0, std::size_t col0,
                     PrefetchCursor prefetch = {}) {
-    (*recorded)[omp_get_thread_num()].push_back({&p, col0, NR, prefetch.line, prefetch.end});
+    (*recorded)[omp_get_thread_num()].push_back({&p, row0, col0, NR, prefetch.line, prefetch.end});
   }
 
   template <int NR>
@@ -195,6 +196,40 @@ TEST_CASE("each one-row block prefetches the block its thread computes next",
       INFO("product " << i);
       REQUIRE(std::count(computed[i].begin(), computed[i].end(), 1) ==
               static_cast<std::ptrdiff_t>(widths[i]));
+    }
+  }
+}
+
+TEST_CASE("row-first blocks of the first rows fetch the next block's weights",
+          "[float_matmul][prefetch]") {
+  // 2-byte weights in blocks of 4 rows and 3 columns go row-first: the
+  // first 4 rows sweep the tile's columns from memory, the next ones find
+  // them in the caches.
+  constexpr std::size_t k = 1024, n = 48, row_bytes = 2 * k;
+  std::vector<std::uint16_t> weights(n * k);
+  std::vector<float> x(8 * k), y(8 * n);
+  const detail::FloatProblem problem{reinterpret_cast<const std::uint8_t*>(weights.data()),
+                                     row_bytes,
+                                     x.data(),
+                                     k,
+                                     n,
+                                     y.data(),
+                                     nullptr};
+  std::vector<std::vector<Call>> calls(1);
+  recorded = &calls;
+  const OmpThreads team(1);
+  run_float_tiles<RecordingKernel, RecordedShapes>(&problem, 1, 8);
+  recorded = nullptr;
+  REQUIRE(calls[0].size() == 2 * n / 3);
+  for (const Call& call : calls[0]) {
+    INFO("rows from " << call.row0 << ", columns from " << call.col0);
+    REQUIRE(call.cols == 3);
+    if (call.row0 == 0 && call.col0 + 3 < n) {
+      const std::uint8_t* next = problem.w + (call.col0 + 3) * row_bytes;
+      CHECK(call.prefetch_begin == next);
+      CHECK(call.prefetch_end == next + 3 * row_bytes);
+    } else {
+      CHECK(call.prefetch_begin == call.prefetch_end);
     }
   }
 }

@@ -223,10 +223,14 @@ struct FloatKernel {
 // 134M model's F16 and BF16 decode-step matrices ran 15% faster with
 // AVX-512, 20-25% with AVX2.) F32 asks for nothing: asking for the next
 // block's weights made its one-row decode, which streams at the memory's
-// pace, up to 13% slower (AVX2, Zen 3), and no faster on Zen 5.
+// pace, up to 13% slower (AVX2, Zen 3), and no faster on Zen 5. Blocks of
+// several rows ask L2 for the next block's rows where `fetch_next` says so
+// (the first rows of a tile, which read its weights from memory; measured
+// on Zen 5, the 134M model's decode at 8 sequences: F16 7% faster with
+// AVX-512, F16 and F32 25-35% with AVX2).
 template <typename Kernel, int MR, int NR>
 inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std::size_t col_begin,
-                            std::size_t col_end, ColumnStart after = {}) {
+                            std::size_t col_end, ColumnStart after = {}, bool fetch_next = false) {
   constexpr bool kOneRowStream = MR == 1 && Kernel::kWeightBytes == 2;
   const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
   std::size_t col = col_begin;
@@ -239,6 +243,10 @@ inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std
         next_block = weight_rows_cursor(*after.p, after.col0,
                                         std::min<std::size_t>(NR, after.p->n - after.col0), steps);
       Kernel::template one_row_block<NR>(p, row0, col, next_block);
+    } else if (fetch_next && col + 2 * NR <= col_end) {
+      PrefetchCursor next_block = weight_rows_cursor(p, col + NR, NR, steps);
+      next_block.to_l1 = false;
+      Kernel::template block<MR, NR>(p, row0, col, next_block);
     } else {
       Kernel::template block<MR, NR>(p, row0, col);
     }
@@ -287,17 +295,17 @@ constexpr std::size_t kFloatRowChunk = 32;
 // Computes the columns [col_begin, col_end) of y (a tile), and calls
 // claim_next() once, for the columns the thread computes after it. Within a
 // tile, rows go in groups of 4 (the 1-3 left over use wider column groups),
-// and one of the two operands of a 4 x NR4 block comes from L2 at every
-// step along K while the other stays in L1: whichever moves fewer bytes.
-// Row-first, each group of rows sweeps the tile's columns, its rows in L1
-// and the tile's weights (NR4 per step) from L2; column-first, each block of
-// NR4 columns sweeps up to kFloatRowChunk rows, its weights in L1 and the 4
-// rows per step from L2. Only AVX-512's 6 columns of F32 outweigh 4 rows
-// (measured: 25% faster that way, while F16 and BF16, and AVX2's 3 columns,
-// ran slower column-first). `Shapes` gives the column widths NR4, NR3, NR2
-// and NR1 of those row counts (each dividing kFloatTileCols, and NR1
-// kOneRowTileCols). The order of the blocks changes no bit: each element's
-// arithmetic is the kernel's alone.
+// and one of the two operands of a 4 x NR4 block comes from L2 at every step
+// along K while the other stays in L1: whichever moves fewer bytes.
+// Row-first, each group of rows sweeps the tile's columns, its rows in L1 and
+// the tile's weights (NR4 per step) from L2, where the first group asks for
+// them block by block; column-first, each block of NR4 columns sweeps up to
+// kFloatRowChunk rows, its weights in L1 and the 4 rows per step from L2.
+// Only AVX-512's 6 columns of F32 outweigh 4 rows (measured: 25% faster that
+// way, while F16 and BF16, and AVX2's 3 columns, ran slower column-first).
+// `Shapes` gives the column widths NR4, NR3, NR2 and NR1 of those row counts
+// (each dividing kFloatTileCols, and NR1 kOneRowTileCols). The order of the
+// blocks changes no bit: each element's arithmetic is the kernel's alone.
 template <typename Kernel, typename Shapes, typename ClaimNext>
 inline void run_float_tile(const detail::FloatProblem& p, std::size_t m, std::size_t col_begin,
                            std::size_t col_end, ClaimNext&& claim_next) {
@@ -313,7 +321,7 @@ inline void run_float_tile(const detail::FloatProblem& p, std::size_t m, std::si
                                               col_begin, col_end, chunk == 0);
   } else {
     for (std::size_t row = 0; row < grouped; row += 4)
-      float_block_row<Kernel, 4, Shapes::NR4>(p, row, col_begin, col_end);
+      float_block_row<Kernel, 4, Shapes::NR4>(p, row, col_begin, col_end, {}, row == 0);
   }
   const std::size_t row = grouped;
   if (m - row == 1 && col_end - col_begin >= Shapes::NR1) {
