@@ -19,13 +19,15 @@ namespace {
 
 constexpr int kBlockCols = 8;
 
-/// Block widths with one row's of kBlockCols (the others unused at m = 1).
+/// Block widths: one row's kBlockCols, 4 rows' 3 (row-first with 2-byte
+/// weights); 2 and 3 rows' unused.
 struct RecordedShapes {
   static constexpr int NR4 = 3, NR3 = 4, NR2 = 6, NR1 = kBlockCols;
 };
 
-/// One kernel call: the product, its first column and width, and the weight
-/// bytes its prefetch cursor covers.
+/// One kernel call: the product, its first row and column, its width, and
+/// the weight bytes its prefetch cursor reaches over the block's steps along
+/// K.
 struct Call {
   const detail::FloatProblem* p;
   std::size_t row0;
@@ -37,40 +39,13 @@ struct Call {
 
 std::vector<std::vector<Call>>* recorded = nullptr;
 
-/// A kernel of 2-byte weights (whose one-row blocks prefetch) that records
-/// each call in its thread's list.
+/// A kernel of `kBytes`-byte weights that records each call in its
+/// thread's list: 2 bytes, one row's blocks prefetch and blocks of 4 rows
+/// go row-first; 4 bytes, blocks of 4 rows and 6 columns go column-first
+/// (run_float_tile).
+template <std::size_t kBytes>
 struct RecordingKernel {
-  static constexpr std::size_t kWeightBytes = 2;
-  static constexpr std::size_t kLanes = 16;
-
-  template <int MR, int NR>
-  static void block(const detail::FloatProblem& p, std::size_t row0, std::size_t col0,
-                    PrefetchCursor prefetch = {}) {
-    (*recorded)[omp_get_thread_num()].push_back({&p, row0, col0, NR, prefetch.line, prefetch.end});
-  }
-
-  template <int NR>
-  static void one_row_block(const detail::FloatProblem& p, std::size_t row, std::size_t col0,
-                            PrefetchCursor prefetch) {
-    block<1, NR>(p, row, col0, prefetch);
-  }
-};
-
-/// One call of a column-first block: its rows and columns, and the weight
-/// bytes its prefetch cursor reaches over the block's steps along K.
-struct ColumnCall {
-  std::size_t row0;
-  std::size_t col0;
-  const std::uint8_t* prefetch_begin;
-  const std::uint8_t* prefetch_end;
-};
-
-std::vector<ColumnCall>* column_calls = nullptr;
-
-/// A kernel of 4-byte weights, whose blocks of 4 rows and 6 columns go
-/// column-first (run_float_tile), recording each call.
-struct RecordingF32Kernel {
-  static constexpr std::size_t kWeightBytes = 4;
+  static constexpr std::size_t kWeightBytes = kBytes;
   static constexpr std::size_t kLanes = 16;
 
   template <int MR, int NR>
@@ -82,7 +57,7 @@ struct RecordingF32Kernel {
       const std::size_t reach = 64 * prefetch.lines_per_step * (p.k / kLanes);
       end = reach < static_cast<std::size_t>(prefetch.end - begin) ? begin + reach : prefetch.end;
     }
-    column_calls->push_back({row0, col0, begin, end});
+    (*recorded)[omp_get_thread_num()].push_back({&p, row0, col0, NR, begin, end});
   }
 
   template <int NR>
@@ -92,6 +67,7 @@ struct RecordingF32Kernel {
   }
 };
 
+/// Block widths with which 4-byte weights go column-first: 4 rows by 6.
 struct ColumnFirstShapes {
   static constexpr int NR4 = 6, NR3 = 6, NR2 = 8, NR1 = 8;
 };
@@ -108,19 +84,19 @@ TEST_CASE("column-first blocks fetch all of the next block's weights, however fe
   for (std::size_t m : {4, 8, 16, 32}) {
     INFO(m << " rows");
     const detail::FloatProblem problem{w, row_bytes, x.data(), k, n, y.data(), nullptr};
-    std::vector<ColumnCall> calls;
-    column_calls = &calls;
+    std::vector<std::vector<Call>> calls(1);
+    recorded = &calls;
     const OmpThreads team(1);
-    run_float_tiles<RecordingF32Kernel, ColumnFirstShapes>(&problem, 1, m);
-    column_calls = nullptr;
-    REQUIRE(calls.size() == (n / 6) * (m / 4));
+    run_float_tiles<RecordingKernel<4>, ColumnFirstShapes>(&problem, 1, m);
+    recorded = nullptr;
+    REQUIRE(calls[0].size() == (n / 6) * (m / 4));
     for (std::size_t col0 = 0; col0 + 6 < n; col0 += 6) {
       INFO("block at column " << col0);
       // Each line of the next block's 6 weight rows, asked for by some
       // group of this block.
       std::vector<bool> fetched(6 * row_bytes / 64, false);
       const std::uint8_t* next = w + (col0 + 6) * row_bytes;
-      for (const ColumnCall& call : calls)
+      for (const Call& call : calls[0])
         if (call.col0 == col0)
           for (const std::uint8_t* line = call.prefetch_begin; line < call.prefetch_end;
                line += 64) {
@@ -161,7 +137,7 @@ TEST_CASE("each one-row block prefetches the block its thread computes next",
     std::vector<std::vector<Call>> calls(threads);
     recorded = &calls;
     const OmpThreads team(threads);
-    run_float_tiles<RecordingKernel, RecordedShapes>(problems, 3, 1);
+    run_float_tiles<RecordingKernel<2>, RecordedShapes>(problems, 3, 1);
     recorded = nullptr;
 
     std::vector<std::vector<int>> computed(3);
@@ -218,7 +194,7 @@ TEST_CASE("row-first blocks of the first rows fetch the next block's weights",
   std::vector<std::vector<Call>> calls(1);
   recorded = &calls;
   const OmpThreads team(1);
-  run_float_tiles<RecordingKernel, RecordedShapes>(&problem, 1, 8);
+  run_float_tiles<RecordingKernel<2>, RecordedShapes>(&problem, 1, 8);
   recorded = nullptr;
   REQUIRE(calls[0].size() == 2 * n / 3);
   for (const Call& call : calls[0]) {

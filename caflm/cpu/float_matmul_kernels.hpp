@@ -85,13 +85,13 @@ struct PrefetchCursor {
   }
 };
 
-/// A cursor into L1 over the weight rows of the `cols` columns from col0 of
-/// `p`, spread over `steps` steps along K.
+/// A cursor into L1 (`to_l1`) or L2 over the weight rows of the `cols`
+/// columns from col0 of `p`, spread over `steps` steps along K.
 inline PrefetchCursor weight_rows_cursor(const detail::FloatProblem& p, std::size_t col0,
-                                         std::size_t cols, std::size_t steps) {
+                                         std::size_t cols, std::size_t steps, bool to_l1) {
   const std::uint8_t* begin = p.w + col0 * p.w_row_bytes;
   const std::size_t lines = (cols * p.w_row_bytes + 63) / 64;
-  return {begin, begin + cols * p.w_row_bytes, (lines + steps - 1) / steps, true};
+  return {begin, begin + cols * p.w_row_bytes, (lines + steps - 1) / steps, to_l1};
 }
 
 /// Where the columns a thread computes next start: their product and first
@@ -104,9 +104,9 @@ struct ColumnStart {
 /// MR rows x NR columns of y. `Simd` gives the vector type `V`, `kLanes`,
 /// `kRegisters` (vector registers), `zero`, `fmadd`, `load_x`,
 /// `load_x_partial` (the first r < kLanes, the rest zero), `store`, `hsum`
-/// and `hsum4` (four hsums in one __m128); `Weights` loads kLanes consecutive weights of a row as
-/// floats
-/// (`load`, `load_partial`) stored in `kBytes` each.
+/// and `hsum4` (four hsums in one __m128); `Weights` loads kLanes
+/// consecutive weights of a row as floats (`load`, `load_partial`) stored
+/// in `kBytes` each.
 template <typename Simd, typename Weights>
 struct FloatKernel {
   using V = typename Simd::V;
@@ -235,21 +235,18 @@ inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std
   const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
   std::size_t col = col_begin;
   for (; col + NR <= col_end; col += NR) {
-    if constexpr (kOneRowStream) {
-      PrefetchCursor next_block;
+    PrefetchCursor next_block;
+    if (kOneRowStream || fetch_next) {
       if (col + 2 * NR <= col_end)
-        next_block = weight_rows_cursor(p, col + NR, NR, steps);
-      else if (after.p != nullptr)
-        next_block = weight_rows_cursor(*after.p, after.col0,
-                                        std::min<std::size_t>(NR, after.p->n - after.col0), steps);
-      Kernel::template one_row_block<NR>(p, row0, col, next_block);
-    } else if (fetch_next && col + 2 * NR <= col_end) {
-      PrefetchCursor next_block = weight_rows_cursor(p, col + NR, NR, steps);
-      next_block.to_l1 = false;
-      Kernel::template block<MR, NR>(p, row0, col, next_block);
-    } else {
-      Kernel::template block<MR, NR>(p, row0, col);
+        next_block = weight_rows_cursor(p, col + NR, NR, steps, kOneRowStream);
+      else if (kOneRowStream && after.p != nullptr)
+        next_block = weight_rows_cursor(
+            *after.p, after.col0, std::min<std::size_t>(NR, after.p->n - after.col0), steps, true);
     }
+    if constexpr (kOneRowStream)
+      Kernel::template one_row_block<NR>(p, row0, col, next_block);
+    else
+      Kernel::template block<MR, NR>(p, row0, col, next_block);
   }
   for (; col < col_end; ++col)
     Kernel::template block<MR, 1>(p, row0, col);
