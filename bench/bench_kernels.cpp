@@ -142,6 +142,10 @@ void cold_shapes(benchmark::internal::Benchmark* b) {
   // down), whose weights no cache holds.
   b->Args({1, 2048, 5632});
   b->Args({1, 5632, 2048});
+  // Qwen2.5-0.5B's FFN (gate or up, then down) and attention output.
+  b->Args({1, 896, 4864});
+  b->Args({1, 4864, 896});
+  b->Args({1, 896, 896});
   b->ArgNames({"M", "K", "N"})->UseRealTime();
 }
 

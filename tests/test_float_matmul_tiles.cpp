@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "tests/support/omp_threads.hpp"
@@ -25,9 +26,9 @@ struct RecordedShapes {
   static constexpr int NR4 = 3, NR3 = 4, NR2 = 6, NR1 = kBlockCols;
 };
 
-/// One kernel call: the product, its first row and column, its width, and
-/// the weight bytes its prefetch cursor reaches over the block's steps along
-/// K.
+/// One kernel call: the product, its first row and column, its width, the
+/// weight bytes its prefetch cursor reaches over the block's steps along K,
+/// or the lines its row lookahead asks for over them.
 struct Call {
   const detail::FloatProblem* p;
   std::size_t row0;
@@ -35,14 +36,15 @@ struct Call {
   int cols;
   const std::uint8_t* prefetch_begin;
   const std::uint8_t* prefetch_end;
+  std::set<const std::uint8_t*> lookahead_lines;
 };
 
 std::vector<std::vector<Call>>* recorded = nullptr;
 
 /// A kernel of `kBytes`-byte weights that records each call in its
 /// thread's list: 2 bytes, one row's blocks prefetch and blocks of 4 rows
-/// go row-first; 4 bytes, blocks of 4 rows and 6 columns go column-first
-/// (run_float_tile).
+/// go row-first; 4 bytes, one row's blocks read ahead along their rows and
+/// blocks of 4 rows and 6 columns go column-first (run_float_tile).
 template <std::size_t kBytes>
 struct RecordingKernel {
   static constexpr std::size_t kWeightBytes = kBytes;
@@ -57,7 +59,17 @@ struct RecordingKernel {
       const std::size_t reach = 64 * prefetch.lines_per_step * (p.k / kLanes);
       end = reach < static_cast<std::size_t>(prefetch.end - begin) ? begin + reach : prefetch.end;
     }
-    (*recorded)[omp_get_thread_num()].push_back({&p, row0, col0, NR, begin, end});
+    (*recorded)[omp_get_thread_num()].push_back({&p, row0, col0, NR, begin, end, {}});
+  }
+
+  template <int MR, int NR>
+  static void block(const detail::FloatProblem& p, std::size_t row0, std::size_t col0,
+                    RowLookahead<NR> lookahead) {
+    std::set<const std::uint8_t*> lines;
+    for (std::size_t k = 0; k + kLanes <= p.k; k += kLanes)
+      lookahead.visit(k * kBytes, [&](const std::uint8_t* line) { lines.insert(line); });
+    (*recorded)[omp_get_thread_num()].push_back(
+        {&p, row0, col0, NR, nullptr, nullptr, std::move(lines)});
   }
 
   template <int NR>
@@ -206,6 +218,69 @@ TEST_CASE("row-first blocks of the first rows fetch the next block's weights",
       CHECK(call.prefetch_end == next + 3 * row_bytes);
     } else {
       CHECK(call.prefetch_begin == call.prefetch_end);
+    }
+  }
+}
+
+TEST_CASE("one-row F32 blocks read ahead along their rows, then into the block their thread "
+          "computes next",
+          "[float_matmul][prefetch]") {
+  // The products and threads of the 2-byte test above, with F32 weights:
+  // K = 1024 is 4 KiB rows, 64 steps of 16 weights (one line each).
+  constexpr std::size_t k = 1024, row_bytes = 4 * k;
+  const std::size_t widths[] = {203, 96, 40};
+  std::vector<std::vector<float>> weights, y;
+  detail::FloatProblem problems[3];
+  std::vector<float> x(k);
+  for (std::size_t i = 0; i < 3; ++i) {
+    weights.emplace_back(widths[i] * k);
+    y.emplace_back(widths[i]);
+    problems[i] = {reinterpret_cast<const std::uint8_t*>(weights[i].data()),
+                   row_bytes,
+                   x.data(),
+                   k,
+                   widths[i],
+                   y[i].data(),
+                   nullptr};
+  }
+  // The lines [from, to) bytes into each of `count` weight rows from `rows`.
+  const auto lines_of = [](const std::uint8_t* rows, std::size_t count, std::size_t from,
+                           std::size_t to) {
+    std::set<const std::uint8_t*> lines;
+    for (std::size_t j = 0; j < count; ++j)
+      for (std::size_t at = from; at < to; at += 64)
+        lines.insert(rows + j * row_bytes + at);
+    return lines;
+  };
+  for (int threads : {1, 2}) {
+    INFO(threads << " threads");
+    std::vector<std::vector<Call>> calls(threads);
+    recorded = &calls;
+    const OmpThreads team(threads);
+    run_float_tiles<RecordingKernel<4>, RecordedShapes>(problems, 3, 1);
+    recorded = nullptr;
+    for (const std::vector<Call>& thread_calls : calls) {
+      std::vector<const Call*> blocks;
+      for (const Call& call : thread_calls)
+        if (call.cols == kBlockCols)
+          blocks.push_back(&call);
+      for (std::size_t b = 0; b < blocks.size(); ++b) {
+        INFO("block " << b << " of " << blocks.size());
+        const Call& block = *blocks[b];
+        // Its own rows from kOneRowLookaheadBytes on, the distance it reads
+        // ahead ...
+        std::set<const std::uint8_t*> expected = lines_of(
+            block.p->w + block.col0 * row_bytes, kBlockCols, kOneRowLookaheadBytes, row_bytes);
+        // ... then the first kOneRowLookaheadBytes of the next block's rows.
+        if (b + 1 < blocks.size()) {
+          const Call& next = *blocks[b + 1];
+          const std::set<const std::uint8_t*> next_lines = lines_of(
+              next.p->w + next.col0 * row_bytes,
+              std::min<std::size_t>(kBlockCols, next.p->n - next.col0), 0, kOneRowLookaheadBytes);
+          expected.insert(next_lines.begin(), next_lines.end());
+        }
+        CHECK(block.lookahead_lines == expected);
+      }
     }
   }
 }

@@ -75,7 +75,8 @@ struct PrefetchCursor {
   std::size_t lines_per_step = 1;
   bool to_l1 = false;
 
-  void step() {
+  /// Asks for this step's lines; where the block reads from is not needed.
+  void step(std::size_t /*read_offset*/) {
     for (std::size_t i = 0; i < lines_per_step && line < end; ++i, line += 64) {
       if (to_l1)
         _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
@@ -101,6 +102,65 @@ struct ColumnStart {
   std::size_t col0 = 0;
 };
 
+// How far ahead of its reads a one-row F32 block asks L1 for its weights: 8
+// lines per row. (Measured on Zen 5, 2 threads, one row against 896-5632
+// wide matrices that no cache holds: 36 GB/s asking nothing, 42 at 512
+// bytes into L1, 41.5 at 1024, 36 at 2048 into L2; Qwen2.5-0.5B's F32
+// one-sequence decode 17% faster, the 134M model's no slower. AVX2 on the
+// same machine: 38 against 39 GB/s.)
+constexpr std::size_t kOneRowLookaheadBytes = 512;
+
+/// What a one-row block of NR F32 weight rows asks L1 for while it reads
+/// them: at each step along K, the line kOneRowLookaheadBytes ahead of the
+/// step's read in each of its rows and, once that passes the rows' end, the
+/// same distance into the rows of the block its thread computes next. The
+/// hardware prefetchers, following NR separate rows of a few KiB, fall
+/// behind the memory; a fixed distance ahead along every row keeps the loads
+/// in L1 without fetching so far ahead that the lines are evicted first.
+template <int NR>
+struct RowLookahead {
+  const std::uint8_t* rows = nullptr; // [NR, row_bytes]
+  std::size_t row_bytes = 0;
+  std::size_t read_bytes = 0;              // of each row: k weights
+  const std::uint8_t* next_rows = nullptr; // [next_row_count, next_row_bytes] or null
+  std::size_t next_row_bytes = 0;
+  std::size_t next_row_count = 0;
+
+  /// Calls fetch(address) for each line to ask for while the block reads
+  /// from byte `read_offset` of its rows.
+  template <typename Fetch>
+  void visit(std::size_t read_offset, Fetch&& fetch) const {
+    const std::size_t ahead = read_offset + kOneRowLookaheadBytes;
+    if (ahead < read_bytes) {
+      unrolled<NR>([&](int j) { fetch(rows + j * row_bytes + ahead); });
+    } else if (next_rows != nullptr && ahead - read_bytes < next_row_bytes) {
+      for (std::size_t j = 0; j < next_row_count; ++j)
+        fetch(next_rows + j * next_row_bytes + (ahead - read_bytes));
+    }
+  }
+
+  void step(std::size_t read_offset) const {
+    visit(read_offset, [](const std::uint8_t* line) {
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+    });
+  }
+};
+
+/// The lookahead of the one-row block of NR columns from col0 of `p`, of
+/// `weight_bytes`-byte weights, that its thread follows with the columns at
+/// `next` (none if next.p is null).
+template <int NR>
+RowLookahead<NR> row_lookahead(const detail::FloatProblem& p, std::size_t col0,
+                               std::size_t weight_bytes, ColumnStart next) {
+  RowLookahead<NR> ahead{p.w + col0 * p.w_row_bytes, p.w_row_bytes, p.k * weight_bytes};
+  if (next.p != nullptr) {
+    ahead.next_rows = next.p->w + next.col0 * next.p->w_row_bytes;
+    ahead.next_row_bytes = next.p->w_row_bytes;
+    ahead.next_row_count = std::min<std::size_t>(NR, next.p->n - next.col0);
+  }
+  return ahead;
+}
+
 /// MR rows x NR columns of y. `Simd` gives the vector type `V`, `kLanes`,
 /// `kRegisters` (vector registers), `zero`, `fmadd`, `load_x`,
 /// `load_x_partial` (the first r < kLanes, the rest zero), `store`, `hsum`
@@ -113,9 +173,11 @@ struct FloatKernel {
   static constexpr std::size_t kWeightBytes = Weights::kBytes;
   static constexpr std::size_t kLanes = Simd::kLanes;
 
-  template <int MR, int NR>
+  /// `prefetch` (a PrefetchCursor or a RowLookahead) asks the caches for
+  /// weights at each step along K; it changes no bit.
+  template <int MR, int NR, typename Prefetch = PrefetchCursor>
   __attribute__((flatten)) static void block(const detail::FloatProblem& p, std::size_t row0,
-                                             std::size_t col0, PrefetchCursor prefetch = {}) {
+                                             std::size_t col0, Prefetch prefetch = {}) {
     const std::uint8_t* w_rows[NR];
     unrolled<NR>([&](int j) { w_rows[j] = p.w + (col0 + j) * p.w_row_bytes; });
     const float* x_rows[MR];
@@ -131,7 +193,7 @@ struct FloatKernel {
     constexpr bool kPinWeights = MR > 1 && MR * NR + NR + 1 <= Simd::kRegisters;
     constexpr bool kPinX = MR * NR + (MR > 1 ? NR : 0) + 1 <= Simd::kRegisters;
     for (; k + Simd::kLanes <= p.k; k += Simd::kLanes) {
-      prefetch.step();
+      prefetch.step(k * kWeightBytes);
       V w[NR];
       unrolled<NR>([&](int j) {
         w[j] = Weights::load(w_rows[j], k);
@@ -181,7 +243,7 @@ struct FloatKernel {
   /// faster. Why is not settled; the likely cause is that the register
   /// block runs far ahead of its prefetches with loads that then wait on
   /// memory themselves. F32, whose rows are twice as long, gained nothing
-  /// measurable and keeps block<1, NR>.
+  /// measurable and keeps block<1, NR> with a RowLookahead.
   template <int NR>
   static void one_row_block(const detail::FloatProblem& p, std::size_t row, std::size_t col0,
                             PrefetchCursor prefetch) {
@@ -190,7 +252,7 @@ struct FloatKernel {
     const float* x = p.x + row * p.k;
     std::size_t k = 0;
     for (; k + Simd::kLanes <= p.k; k += Simd::kLanes) {
-      prefetch.step();
+      prefetch.step(k * kWeightBytes);
       const V xk = Simd::load_x(x + k);
       const std::uint8_t* w_row = w_first;
 #pragma GCC unroll 1
@@ -221,9 +283,10 @@ struct FloatKernel {
 // memory. (Measured on Zen 5 over a TinyLlama-sized FFN, 2 threads: 41-47
 // GB/s asking L1, 38-41 asking L2; on Zen 4, asking L2 against nothing, the
 // 134M model's F16 and BF16 decode-step matrices ran 15% faster with
-// AVX-512, 20-25% with AVX2.) F32 asks for nothing: asking for the next
-// block's weights made its one-row decode, which streams at the memory's
-// pace, up to 13% slower (AVX2, Zen 3), and no faster on Zen 5. Blocks of
+// AVX-512, 20-25% with AVX2.) One row of F32 asks L1 for a fixed distance
+// ahead along its own rows instead, then into the next block's or `after`'s
+// (RowLookahead): asking for the whole next block, spread over the steps,
+// made it up to 13% slower (AVX2, Zen 3) and no faster on Zen 5. Blocks of
 // several rows ask L2 for the next block's rows where `fetch_next` says so
 // (the first rows of a tile, which read its weights from memory; measured
 // on Zen 5, the 134M model's decode at 8 sequences: F16 7% faster with
@@ -232,6 +295,7 @@ template <typename Kernel, int MR, int NR>
 inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std::size_t col_begin,
                             std::size_t col_end, ColumnStart after = {}, bool fetch_next = false) {
   constexpr bool kOneRowStream = MR == 1 && Kernel::kWeightBytes == 2;
+  constexpr bool kOneRowLookahead = MR == 1 && Kernel::kWeightBytes == 4;
   const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
   std::size_t col = col_begin;
   for (; col + NR <= col_end; col += NR) {
@@ -243,10 +307,15 @@ inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std
         next_block = weight_rows_cursor(
             *after.p, after.col0, std::min<std::size_t>(NR, after.p->n - after.col0), steps, true);
     }
-    if constexpr (kOneRowStream)
+    if constexpr (kOneRowLookahead) {
+      const ColumnStart next = col + 2 * NR <= col_end ? ColumnStart{&p, col + NR} : after;
+      Kernel::template block<1, NR>(p, row0, col,
+                                    row_lookahead<NR>(p, col, Kernel::kWeightBytes, next));
+    } else if constexpr (kOneRowStream) {
       Kernel::template one_row_block<NR>(p, row0, col, next_block);
-    else
+    } else {
       Kernel::template block<MR, NR>(p, row0, col, next_block);
+    }
   }
   for (; col < col_end; ++col)
     Kernel::template block<MR, 1>(p, row0, col);
