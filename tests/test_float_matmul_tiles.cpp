@@ -84,6 +84,40 @@ struct ColumnFirstShapes {
   static constexpr int NR4 = 6, NR3 = 6, NR2 = 8, NR1 = 8;
 };
 
+/// The calls each of `threads` threads makes, as run_float_tiles hands
+/// them the tiles of `count` products of m rows.
+template <typename Kernel, typename Shapes>
+std::vector<std::vector<Call>> record_calls(const detail::FloatProblem* problems, std::size_t count,
+                                            std::size_t m, int threads) {
+  std::vector<std::vector<Call>> calls(threads);
+  recorded = &calls;
+  const OmpThreads team(threads);
+  run_float_tiles<Kernel, Shapes>(problems, count, m);
+  recorded = nullptr;
+  return calls;
+}
+
+/// Three products of one row in one call (q, k and v, say), each with a
+/// ragged last tile, and enough multiply-adds to run in parallel: rows of
+/// kK weights of `weight_bytes` bytes.
+struct ThreeProducts {
+  static constexpr std::size_t kK = 1024;
+  static constexpr std::size_t kWidths[3] = {203, 96, 40};
+  std::vector<std::vector<std::uint8_t>> weights;
+  std::vector<std::vector<float>> y;
+  std::vector<float> x = std::vector<float>(kK);
+  detail::FloatProblem problems[3];
+
+  explicit ThreeProducts(std::size_t weight_bytes) {
+    for (std::size_t i = 0; i < 3; ++i) {
+      weights.emplace_back(kWidths[i] * kK * weight_bytes);
+      y.emplace_back(kWidths[i]);
+      problems[i] = {weights[i].data(), kK * weight_bytes, x.data(), kK,
+                     kWidths[i],        y[i].data(),       nullptr};
+    }
+  }
+};
+
 } // namespace
 
 TEST_CASE("column-first blocks fetch all of the next block's weights, however few their rows",
@@ -96,11 +130,8 @@ TEST_CASE("column-first blocks fetch all of the next block's weights, however fe
   for (std::size_t m : {4, 8, 16, 32}) {
     INFO(m << " rows");
     const detail::FloatProblem problem{w, row_bytes, x.data(), k, n, y.data(), nullptr};
-    std::vector<std::vector<Call>> calls(1);
-    recorded = &calls;
-    const OmpThreads team(1);
-    run_float_tiles<RecordingKernel<4>, ColumnFirstShapes>(&problem, 1, m);
-    recorded = nullptr;
+    const std::vector<std::vector<Call>> calls =
+        record_calls<RecordingKernel<4>, ColumnFirstShapes>(&problem, 1, m, 1);
     REQUIRE(calls[0].size() == (n / 6) * (m / 4));
     for (std::size_t col0 = 0; col0 + 6 < n; col0 += 6) {
       INFO("block at column " << col0);
@@ -124,33 +155,14 @@ TEST_CASE("column-first blocks fetch all of the next block's weights, however fe
 
 TEST_CASE("each one-row block prefetches the block its thread computes next",
           "[float_matmul][prefetch]") {
-  // Three products in one call (q, k and v, say), each with a ragged last
-  // tile, and enough multiply-adds to run in parallel; the threads take the
-  // tiles in whatever order they reach them.
-  constexpr std::size_t k = 1024;
-  const std::size_t widths[] = {203, 96, 40};
-  std::vector<std::vector<std::uint16_t>> weights;
-  detail::FloatProblem problems[3];
-  std::vector<float> x(k);
-  std::vector<std::vector<float>> y;
-  for (std::size_t i = 0; i < 3; ++i) {
-    weights.emplace_back(widths[i] * k);
-    y.emplace_back(widths[i]);
-    problems[i] = {reinterpret_cast<const std::uint8_t*>(weights[i].data()),
-                   k * 2,
-                   x.data(),
-                   k,
-                   widths[i],
-                   y[i].data(),
-                   nullptr};
-  }
+  // The threads take the tiles in whatever order they reach them.
+  const ThreeProducts products(2);
+  const detail::FloatProblem* problems = products.problems;
+  const auto& widths = ThreeProducts::kWidths;
   for (int threads : {1, 2, 4}) {
     INFO(threads << " threads");
-    std::vector<std::vector<Call>> calls(threads);
-    recorded = &calls;
-    const OmpThreads team(threads);
-    run_float_tiles<RecordingKernel<2>, RecordedShapes>(problems, 3, 1);
-    recorded = nullptr;
+    const std::vector<std::vector<Call>> calls =
+        record_calls<RecordingKernel<2>, RecordedShapes>(problems, 3, 1, threads);
 
     std::vector<std::vector<int>> computed(3);
     for (std::size_t i = 0; i < 3; ++i)
@@ -203,11 +215,8 @@ TEST_CASE("row-first blocks of the first rows fetch the next block's weights",
                                      n,
                                      y.data(),
                                      nullptr};
-  std::vector<std::vector<Call>> calls(1);
-  recorded = &calls;
-  const OmpThreads team(1);
-  run_float_tiles<RecordingKernel<2>, RecordedShapes>(&problem, 1, 8);
-  recorded = nullptr;
+  const std::vector<std::vector<Call>> calls =
+      record_calls<RecordingKernel<2>, RecordedShapes>(&problem, 1, 8, 1);
   REQUIRE(calls[0].size() == 2 * n / 3);
   for (const Call& call : calls[0]) {
     INFO("rows from " << call.row0 << ", columns from " << call.col0);
@@ -225,24 +234,10 @@ TEST_CASE("row-first blocks of the first rows fetch the next block's weights",
 TEST_CASE("one-row F32 blocks read ahead along their rows, then into the block their thread "
           "computes next",
           "[float_matmul][prefetch]") {
-  // The products and threads of the 2-byte test above, with F32 weights:
-  // K = 1024 is 4 KiB rows, 64 steps of 16 weights (one line each).
-  constexpr std::size_t k = 1024, row_bytes = 4 * k;
-  const std::size_t widths[] = {203, 96, 40};
-  std::vector<std::vector<float>> weights, y;
-  detail::FloatProblem problems[3];
-  std::vector<float> x(k);
-  for (std::size_t i = 0; i < 3; ++i) {
-    weights.emplace_back(widths[i] * k);
-    y.emplace_back(widths[i]);
-    problems[i] = {reinterpret_cast<const std::uint8_t*>(weights[i].data()),
-                   row_bytes,
-                   x.data(),
-                   k,
-                   widths[i],
-                   y[i].data(),
-                   nullptr};
-  }
+  // The products of the 2-byte test above, with F32 weights: rows of 4
+  // KiB, 64 steps of 16 weights (one line each).
+  const ThreeProducts products(4);
+  constexpr std::size_t row_bytes = 4 * ThreeProducts::kK;
   // The lines [from, to) bytes into each of `count` weight rows from `rows`.
   const auto lines_of = [](const std::uint8_t* rows, std::size_t count, std::size_t from,
                            std::size_t to) {
@@ -254,11 +249,8 @@ TEST_CASE("one-row F32 blocks read ahead along their rows, then into the block t
   };
   for (int threads : {1, 2}) {
     INFO(threads << " threads");
-    std::vector<std::vector<Call>> calls(threads);
-    recorded = &calls;
-    const OmpThreads team(threads);
-    run_float_tiles<RecordingKernel<4>, RecordedShapes>(problems, 3, 1);
-    recorded = nullptr;
+    const std::vector<std::vector<Call>> calls =
+        record_calls<RecordingKernel<4>, RecordedShapes>(products.problems, 3, 1, threads);
     for (const std::vector<Call>& thread_calls : calls) {
       std::vector<const Call*> blocks;
       for (const Call& call : thread_calls)
