@@ -6,6 +6,7 @@ weight type (python3-matplotlib)."""
 import argparse
 import json
 import statistics
+import sys
 
 
 def caflm_rows(folder, weight_type, round_):
@@ -64,8 +65,12 @@ def medians(rows_per_round, key):
 
 
 def plot(folder, types, rounds, out, title):
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no plot: {sys.executable} has no matplotlib (apt-get install python3-matplotlib)",
+              file=sys.stderr)
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
