@@ -100,6 +100,9 @@ inline PrefetchCursor weight_rows_cursor(const detail::FloatProblem& p, std::siz
 struct ColumnStart {
   const detail::FloatProblem* p = nullptr;
   std::size_t col0 = 0;
+
+  /// How many of the `most` columns from col0 the product has (p not null).
+  std::size_t columns(std::size_t most) const { return std::min(most, p->n - col0); }
 };
 
 // How far ahead of its reads a one-row F32 block asks L1 for its weights: 8
@@ -156,7 +159,7 @@ RowLookahead<NR> row_lookahead(const detail::FloatProblem& p, std::size_t col0,
   if (next.p != nullptr) {
     ahead.next_rows = next.p->w + next.col0 * next.p->w_row_bytes;
     ahead.next_row_bytes = next.p->w_row_bytes;
-    ahead.next_row_count = std::min<std::size_t>(NR, next.p->n - next.col0);
+    ahead.next_row_count = next.columns(NR);
   }
   return ahead;
 }
@@ -299,22 +302,22 @@ inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std
   const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
   std::size_t col = col_begin;
   for (; col + NR <= col_end; col += NR) {
-    PrefetchCursor next_block;
-    if (kOneRowStream || fetch_next) {
-      if (col + 2 * NR <= col_end)
-        next_block = weight_rows_cursor(p, col + NR, NR, steps, kOneRowStream);
-      else if (kOneRowStream && after.p != nullptr)
-        next_block = weight_rows_cursor(
-            *after.p, after.col0, std::min<std::size_t>(NR, after.p->n - after.col0), steps, true);
-    }
+    // The block the thread computes next: the row's next whole block, else
+    // (one row) the columns from `after`.
+    const ColumnStart next = col + 2 * NR <= col_end ? ColumnStart{&p, col + NR}
+                             : MR == 1               ? after
+                                                     : ColumnStart{};
     if constexpr (kOneRowLookahead) {
-      const ColumnStart next = col + 2 * NR <= col_end ? ColumnStart{&p, col + NR} : after;
       Kernel::template block<1, NR>(p, row0, col,
                                     row_lookahead<NR>(p, col, Kernel::kWeightBytes, next));
-    } else if constexpr (kOneRowStream) {
-      Kernel::template one_row_block<NR>(p, row0, col, next_block);
     } else {
-      Kernel::template block<MR, NR>(p, row0, col, next_block);
+      PrefetchCursor next_block;
+      if ((kOneRowStream || fetch_next) && next.p != nullptr)
+        next_block = weight_rows_cursor(*next.p, next.col0, next.columns(NR), steps, kOneRowStream);
+      if constexpr (kOneRowStream)
+        Kernel::template one_row_block<NR>(p, row0, col, next_block);
+      else
+        Kernel::template block<MR, NR>(p, row0, col, next_block);
     }
   }
   for (; col < col_end; ++col)
