@@ -304,18 +304,24 @@ TEST_CASE("quantized linear gives the same bits with AMX tiles as with AVX-512 a
     if (tensor_block_size(type) == 1) {
       continue; // float weights take the AVX-512 kernels under both
     }
-    const size_t k = fits(type, 288) ? 288 : 512;
-    const size_t n = 75;
-    const TestWeight w = make_weight(type, n, k, rng);
-    const std::vector<float> bias = random_vector(n, rng);
-    for (size_t m : {1, 16, 35, 64}) {
-      const std::vector<float> x = random_vector(m * k, rng);
-      std::vector<float> with_avx512(m * n);
-      std::vector<float> with_amx(m * n);
-      linear(w.view(), x.data(), m, with_avx512.data(), bias.data(), MatmulIsa::Avx512);
-      linear(w.view(), x.data(), m, with_amx.data(), bias.data(), MatmulIsa::Amx);
-      INFO("type " << to_string(type) << " m " << m);
-      REQUIRE(std::memcmp(with_avx512.data(), with_amx.data(), m * n * sizeof(float)) == 0);
+    // One to three blocks fill the tiles' pipeline only partly; 9 or more
+    // run it through.
+    const size_t block = tensor_block_size(type);
+    for (size_t k : {block, 2 * block, 3 * block, fits(type, 288) ? size_t{288} : size_t{512}}) {
+      // 64 whole columns besides a ragged group: Q8_0's whole groups take
+      // the tiles from the weights in place, the others from decoded rows.
+      const size_t n = k == block ? 64 : 75;
+      const TestWeight w = make_weight(type, n, k, rng);
+      const std::vector<float> bias = random_vector(n, rng);
+      for (size_t m : {1, 16, 35, 64}) {
+        const std::vector<float> x = random_vector(m * k, rng);
+        std::vector<float> with_avx512(m * n);
+        std::vector<float> with_amx(m * n);
+        linear(w.view(), x.data(), m, with_avx512.data(), bias.data(), MatmulIsa::Avx512);
+        linear(w.view(), x.data(), m, with_amx.data(), bias.data(), MatmulIsa::Amx);
+        INFO("type " << to_string(type) << " k " << k << " m " << m);
+        REQUIRE(std::memcmp(with_avx512.data(), with_amx.data(), m * n * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -35,12 +35,18 @@ namespace caflm::detail {
 namespace {
 
 // Tile registers, as macros: GCC's tile intrinsics paste their register
-// operands into the assembly text. The legacy kinds': two C, so that one
-// block's sums are read out while the next block's products run, A and B.
+// operands into the assembly text. The legacy kinds': four C, so that
+// three blocks' products are in flight while one block's sums are read out,
+// and two A and B, so that a block's tiles load while the block before's
+// multiply-add still reads the others.
 #define CAFLM_TILE_L_C0 0
 #define CAFLM_TILE_L_C1 1
-#define CAFLM_TILE_L_A 2
-#define CAFLM_TILE_L_B 3
+#define CAFLM_TILE_L_C2 2
+#define CAFLM_TILE_L_C3 3
+#define CAFLM_TILE_L_A0 4
+#define CAFLM_TILE_L_A1 5
+#define CAFLM_TILE_L_B0 6
+#define CAFLM_TILE_L_B1 7
 // The K kinds': the sums of the low and high halves and of the mins (C),
 // the weights' low and high halves and mins (A), and x (B).
 #define CAFLM_TILE_S_LOW 0
@@ -112,6 +118,30 @@ inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size
   }
 }
 
+// How far a legacy kernel issues a block's products ahead of reading them
+// out (one C tile per block in flight besides the one read out), and how
+// many blocks' sums it keeps in memory: a block's sums are read out one
+// block before they are scaled, so that the vector loads do not wait for the
+// tile store.
+constexpr size_t kLegacyLead = 3;
+constexpr size_t kLegacySumBuffers = 2;
+
+// One block's products into tile C: C zeroed, then A's 16 rows of 32
+// weights (at a_block, rows a_stride apart) times B's 8 x 64 bytes of x (at
+// b_block); signed weights (Q8_0) or unsigned ones (stored with an offset or
+// a min). A macro, as the tile registers must be.
+#define CAFLM_LEGACY_PRODUCTS(signed_weights, c, a, b, a_block, a_stride, b_block)                 \
+  do {                                                                                             \
+    _tile_loadd(a, a_block, a_stride);                                                             \
+    _tile_loadd(b, b_block, 64);                                                                   \
+    _tile_zero(c);                                                                                 \
+    if constexpr (signed_weights) {                                                                \
+      _tile_dpbssd(c, a, b);                                                                       \
+    } else {                                                                                       \
+      _tile_dpbusd(c, a, b);                                                                       \
+    }                                                                                              \
+  } while (false)
+
 // One 16-column half of a legacy group against one x panel.
 template <QuantKind kKind>
 void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
@@ -123,54 +153,67 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
   const uint8_t* a = p.quants + kLanes * half * p.quants_stride; // 16 weight rows
   const int8_t* b = p.x.q + panel * (k / 4) * 64;                // [k / 4, 16 x 4]
   const float* x_d = p.x.d + panel * nb * kLanes;                // [nb, 16]
-  const float* x_s = kWithMin ? p.x.s + panel * nb * kLanes : nullptr;
   const int32_t* x_sums = kOffset ? p.x.sums + panel * nb * kLanes : nullptr;
-  const size_t col0 = kLanes * half;
-  alignas(64) int32_t sums[2][kLanes][kLanes];
-  __m512 acc[kLanes];
-  __m512 summ[kLanes];
-  for (size_t j = 0; j < kLanes; ++j) {
-    acc[j] = _mm512_setzero_ps();
-    summ[j] = _mm512_setzero_ps();
-  }
-  // Block blk's products into C0 (even blocks) or C1 (odd), then to sums.
+  const float* w_d = p.w.d + kLanes * half * nb; // [16, nb]
+  alignas(64) int32_t sums[kLegacySumBuffers][kLanes][kLanes];
+  // Block blk's products into C tile blk % 4, from A and B tiles blk % 2.
   const auto issue = [&](size_t blk) {
-    _tile_loadd(CAFLM_TILE_L_A, a + p.quants_block_stride * blk, p.quants_stride);
-    _tile_loadd(CAFLM_TILE_L_B, b + blk * 8 * 64, 64);
-    // Signed weights (Q8_0) or unsigned ones (stored with an offset or a min).
-    if (blk % 2 == 0) {
-      _tile_zero(CAFLM_TILE_L_C0);
-      if constexpr (kSigned) {
-        _tile_dpbssd(CAFLM_TILE_L_C0, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
-      } else {
-        _tile_dpbusd(CAFLM_TILE_L_C0, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
-      }
-    } else {
-      _tile_zero(CAFLM_TILE_L_C1);
-      if constexpr (kSigned) {
-        _tile_dpbssd(CAFLM_TILE_L_C1, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
-      } else {
-        _tile_dpbusd(CAFLM_TILE_L_C1, CAFLM_TILE_L_A, CAFLM_TILE_L_B);
-      }
+    const uint8_t* a_block = a + p.quants_block_stride * blk;
+    const int8_t* b_block = b + blk * 8 * 64;
+    switch (blk % 4) {
+    case 0:
+      CAFLM_LEGACY_PRODUCTS(kSigned, CAFLM_TILE_L_C0, CAFLM_TILE_L_A0, CAFLM_TILE_L_B0, a_block,
+                            p.quants_stride, b_block);
+      break;
+    case 1:
+      CAFLM_LEGACY_PRODUCTS(kSigned, CAFLM_TILE_L_C1, CAFLM_TILE_L_A1, CAFLM_TILE_L_B1, a_block,
+                            p.quants_stride, b_block);
+      break;
+    case 2:
+      CAFLM_LEGACY_PRODUCTS(kSigned, CAFLM_TILE_L_C2, CAFLM_TILE_L_A0, CAFLM_TILE_L_B0, a_block,
+                            p.quants_stride, b_block);
+      break;
+    default:
+      CAFLM_LEGACY_PRODUCTS(kSigned, CAFLM_TILE_L_C3, CAFLM_TILE_L_A1, CAFLM_TILE_L_B1, a_block,
+                            p.quants_stride, b_block);
+      break;
     }
   };
   const auto read_out = [&](size_t blk) {
-    if (blk % 2 == 0) {
-      _tile_stored(CAFLM_TILE_L_C0, sums[0], 64);
-    } else {
-      _tile_stored(CAFLM_TILE_L_C1, sums[1], 64);
+    void* out = sums[blk % kLegacySumBuffers];
+    switch (blk % 4) {
+    case 0:
+      _tile_stored(CAFLM_TILE_L_C0, out, 64);
+      break;
+    case 1:
+      _tile_stored(CAFLM_TILE_L_C1, out, 64);
+      break;
+    case 2:
+      _tile_stored(CAFLM_TILE_L_C2, out, 64);
+      break;
+    default:
+      _tile_stored(CAFLM_TILE_L_C3, out, 64);
+      break;
     }
   };
-  // Two blocks in flight: block blk's products are read out two blocks after
-  // they were issued, so that the tile unit runs ahead of the scaling.
-  issue(0);
-  if (nb > 1) {
-    issue(1);
+  // Block blk is issued kLegacyLead blocks ahead of its read-out, and scaled
+  // one block after it.
+  for (size_t blk = 0; blk < kLegacyLead && blk < nb; ++blk) {
+    issue(blk);
+  }
+  read_out(0);
+  // Every loop over acc unrolled, so that it can stay in registers.
+  __m512 acc[kLanes];
+#pragma GCC unroll 16
+  for (size_t j = 0; j < kLanes; ++j) {
+    acc[j] = _mm512_setzero_ps();
   }
   for (size_t blk = 0; blk < nb; ++blk) {
-    read_out(blk);
-    if (blk + 2 < nb) {
-      issue(blk + 2);
+    if (blk + 1 < nb) {
+      read_out(blk + 1);
+    }
+    if (blk + kLegacyLead < nb) {
+      issue(blk + kLegacyLead);
     }
     const __m512 d = _mm512_loadu_ps(x_d + kLanes * blk);
     __m512i correction = _mm512_setzero_si512();
@@ -178,29 +221,47 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
       correction = _mm512_mullo_epi32(_mm512_set1_epi32(p.offset),
                                       _mm512_loadu_si512(x_sums + kLanes * blk));
     }
-    const int32_t(*block_sums)[kLanes] = sums[blk % 2];
-    // Unrolled, so that the accumulators stay in registers.
+    const int32_t(*block_sums)[kLanes] = sums[blk % kLegacySumBuffers];
 #pragma GCC unroll 16
     for (size_t j = 0; j < kLanes; ++j) {
-      const size_t col = col0 + j;
       __m512i s = _mm512_load_si512(block_sums[j]);
       if constexpr (kOffset) {
         s = _mm512_sub_epi32(s, correction);
       }
       acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d),
-                               broadcast(p.w.d[col * nb + blk]), acc[j]);
-      if constexpr (kWithMin) {
-        summ[j] = _mm512_fmadd_ps(broadcast(p.w.m[col * nb + blk]),
-                                  _mm512_loadu_ps(x_s + kLanes * blk), summ[j]);
+                               broadcast(w_d[j * nb + blk]), acc[j]);
+    }
+  }
+  // The mins' sums in a pass of their own, so that neither pass has more
+  // accumulators than registers; each sum is the same, and y = acc + summ.
+  __m512 out[kLanes];
+  if constexpr (kWithMin) {
+    const float* x_s = p.x.s + panel * nb * kLanes; // [nb, 16]
+    const float* w_m = p.w.m + kLanes * half * nb;  // [16, nb]
+    __m512 summ[kLanes];
+#pragma GCC unroll 16
+    for (size_t j = 0; j < kLanes; ++j) {
+      summ[j] = _mm512_setzero_ps();
+    }
+    for (size_t blk = 0; blk < nb; ++blk) {
+      const __m512 s = _mm512_loadu_ps(x_s + kLanes * blk);
+#pragma GCC unroll 16
+      for (size_t j = 0; j < kLanes; ++j) {
+        summ[j] = _mm512_fmadd_ps(broadcast(w_m[j * nb + blk]), s, summ[j]);
       }
     }
-  }
-  if constexpr (kWithMin) {
+#pragma GCC unroll 16
     for (size_t j = 0; j < kLanes; ++j) {
-      acc[j] = _mm512_add_ps(acc[j], summ[j]);
+      out[j] = _mm512_add_ps(acc[j], summ[j]);
+    }
+  } else {
+#pragma GCC unroll 16
+    for (size_t j = 0; j < kLanes; ++j) {
+      out[j] = acc[j];
     }
   }
-  store_block(acc, p.y + kLanes * panel * p.y_stride + col0, p.y_stride,
+  const size_t col0 = kLanes * half;
+  store_block(out, p.y + kLanes * panel * p.y_stride + col0, p.y_stride,
               columns_in_half(p.cols, half), p.bias != nullptr ? p.bias + col0 : nullptr);
 }
 
@@ -370,8 +431,12 @@ void amx_begin(QuantKind kind) {
     // of x.
     shape(CAFLM_TILE_L_C0, 16, 64);
     shape(CAFLM_TILE_L_C1, 16, 64);
-    shape(CAFLM_TILE_L_A, 16, 32);
-    shape(CAFLM_TILE_L_B, 8, 64);
+    shape(CAFLM_TILE_L_C2, 16, 64);
+    shape(CAFLM_TILE_L_C3, 16, 64);
+    shape(CAFLM_TILE_L_A0, 16, 32);
+    shape(CAFLM_TILE_L_A1, 16, 32);
+    shape(CAFLM_TILE_L_B0, 8, 64);
+    shape(CAFLM_TILE_L_B1, 8, 64);
   }
   // Not _tile_loadconfig: GCC 12's declares only 8 bytes of its operand read
   // and drops the stores to the rest.
@@ -399,10 +464,15 @@ void dot_group_amx(const AmxGroupProblem& p) {
 
 } // namespace caflm::detail
 
+#undef CAFLM_LEGACY_PRODUCTS
 #undef CAFLM_TILE_L_C0
+#undef CAFLM_TILE_L_C2
+#undef CAFLM_TILE_L_C3
 #undef CAFLM_TILE_L_C1
-#undef CAFLM_TILE_L_A
-#undef CAFLM_TILE_L_B
+#undef CAFLM_TILE_L_A0
+#undef CAFLM_TILE_L_A1
+#undef CAFLM_TILE_L_B0
+#undef CAFLM_TILE_L_B1
 #undef CAFLM_TILE_S_LOW
 #undef CAFLM_TILE_S_HIGH
 #undef CAFLM_TILE_S_MIN
