@@ -155,12 +155,13 @@ BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::F16, MatmulIsa::Avx2)->Apply(cold
 BENCHMARK_TEMPLATE(BM_linear_cold, TensorType::F16, MatmulIsa::Avx512)->Apply(cold_shapes);
 
 // The projections of small models (hidden 576, FFN 1536: SmolLM-135M's; the
-// FFN down projection of Qwen2.5-0.5B, 4864 to 896) at decode (M = 1) and
-// prefill (M = 32, 128) batch sizes, for K a whole number of the type's
-// blocks (576 is not one of 256).
+// FFN down projection of Qwen2.5-0.5B, 4864 to 896) at decode (M = 1),
+// batched decode (M = 16, 32, 64: where the AMX kernels start to pay) and
+// prefill (M = 128) batch sizes, for K a whole number of the type's blocks
+// (576 is not one of 256).
 template <TensorType kType>
 void quantized_shapes(benchmark::internal::Benchmark* b) {
-  for (int64_t m : {1, 32, 128}) {
+  for (int64_t m : {1, 16, 32, 64, 128}) {
     if (576 % tensor_block_size(kType) == 0) {
       b->Args({m, 576, 1536});
     }

@@ -457,9 +457,8 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
   const float* const xs = rows.s;
   const int16_t* const xb = rows.bsums;
 
-  // Fewer rows than a tile's 16 take the AVX-512 kernels, which give the
-  // same bits.
-  if (isa == MatmulIsa::Amx && m >= 16) {
+  // Fewer rows take the AVX-512 kernels, which give the same bits.
+  if (isa == MatmulIsa::Amx && m >= amx_min_rows(kind)) {
     quantized_linear_amx(w, kind, act, rows, m, y, bias);
     return;
   }
@@ -526,7 +525,7 @@ void quantized_linear_shared(MatmulIsa isa, const QuantizedOutput* outputs, size
     const QuantizedOutput& out = outputs[i];
     check_quantized_operands(*out.w, *out.x);
     macs += out.x->m() * out.w->rows * out.w->cols;
-    amx = amx || (isa == MatmulIsa::Amx && out.x->m() >= 16);
+    amx = amx || (isa == MatmulIsa::Amx && out.x->m() >= amx_min_rows(quant_kind(out.w->type)));
   }
   if (amx || count < 2) {
     for (size_t i = 0; i < count; ++i)

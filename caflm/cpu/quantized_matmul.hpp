@@ -381,6 +381,17 @@ void dot_group_avx512(const GroupProblem& p);
 /// Output columns a group of the AMX kernels takes: two tile rows of 16.
 inline constexpr size_t kAmxGroupCols = 32;
 
+/// Rows of x from which the AMX kernels take a product of `kind` (fewer take
+/// the AVX-512 kernels, with the same bits). A whole 16-row panel, except
+/// for the K kinds with mins: every column group of those is decoded and
+/// split into three int8 rows a value for the tiles, a cost the tiles repay
+/// only over several panels (on a Sapphire Rapids class Xeon, bench_kernels'
+/// Q4_K and Q5_K shapes ran 7-35% slower on AMX than on AVX-512 at 16 to 48
+/// rows, and 0-7% slower to 7% faster at 64).
+inline size_t amx_min_rows(QuantKind kind) {
+  return kind == QuantKind::kSuperWithMin ? 64 : 16;
+}
+
 /// Whole 16-row panels of x, as the AMX kernels' B tiles and AVX-512 lanes
 /// take them (rows after the last whole panel go to the AVX-512 kernels).
 struct AmxActivations {
@@ -461,7 +472,7 @@ class QuantizedActivations {
   std::vector<int16_t> bsums_;
 };
 
-/// quantized_linear's column loop on the AMX kernels, for m >= 16: x in
+/// quantized_linear's column loop on the AMX kernels, for m >= amx_min_rows(kind): x in
 /// 16-row panels, groups of kAmxGroupCols columns (quantized_matmul_amx.cpp).
 void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
                           const QuantizedRows& x, size_t m, float* __restrict__ y,
