@@ -29,6 +29,7 @@
 #include "caflm/cpu/quantized_matmul.hpp"
 
 #include "caflm/cpu/avx512_intrinsics.hpp"
+#include "caflm/cpu/super_block_readers.hpp"
 
 namespace caflm::detail {
 
@@ -356,38 +357,64 @@ void super_half(const AmxGroupProblem& p, size_t half, size_t panel0, size_t pan
 }
 
 // The K kinds' products scale * (quant - offset) (at most 63 * 128 in
-// magnitude) as 128 * high + low, low in 0..127 and high signed, both int8,
-// for the group's decoded columns. With the offset taken out here (Q3_K,
-// Q6_K), a super-block's S is already S - M: the same integer.
+// magnitude) as 128 * high + low, low in 0..127 and high signed, both int8.
+// With the offset taken out here (Q3_K, Q6_K), a super-block's S is already
+// S - M: the same integer. One chunk of 32 values: `quants` as stored, two
+// sub-blocks of 16 with their scales and mins; min_row (kinds with a min,
+// else null) gets each value's sub-block min (6 bits at most), so that M is
+// x . mins.
+inline void split_chunk(__m256i quants, const int8_t* scales, const int16_t* mins, int offset,
+                        int8_t* low, int8_t* high, int8_t* min_row) {
+  if (min_row != nullptr) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_row),
+                        _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(mins[1])),
+                                         _mm_set1_epi8(static_cast<char>(mins[0]))));
+  }
+  const __m512i values = _mm512_sub_epi16(_mm512_cvtepu8_epi16(quants),
+                                          _mm512_set1_epi16(static_cast<int16_t>(offset)));
+  const __m512i scale =
+      _mm512_inserti64x4(_mm512_set1_epi16(scales[0]), _mm256_set1_epi16(scales[1]), 1);
+  const __m512i product = _mm512_mullo_epi16(values, scale);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(low),
+                      _mm512_cvtepi16_epi8(_mm512_and_si512(product, _mm512_set1_epi16(127))));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(high),
+                      _mm512_cvtepi16_epi8(_mm512_srai_epi16(product, 7)));
+}
+
+// The split products of the group's decoded columns.
 void split_products(const AmxGroupProblem& p) {
   const size_t k = p.k;
   const size_t pitch = amx_split_pitch(k);
-  const __m512i low7 = _mm512_set1_epi16(127);
-  const __m512i offset = _mm512_set1_epi16(static_cast<int16_t>(p.offset));
   for (size_t col = 0; col < p.cols; ++col) {
     const uint8_t* q = p.w.q + col * k;
     const int8_t* scales = p.w.scales + col * (k / 16);
     const int16_t* mins = p.w.mins + col * (k / 16);
-    int8_t* low = p.low + col * pitch;
-    int8_t* high = p.high + col * pitch;
     int8_t* min_row = p.mins != nullptr ? p.mins + col * pitch : nullptr;
     for (size_t v = 0; v < k; v += 32) {
-      if (min_row != nullptr) {
-        // Each value's sub-block min (6 bits at most), so that M is x . mins.
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_row + v),
-                            _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(mins[v / 16 + 1])),
-                                             _mm_set1_epi8(static_cast<char>(mins[v / 16]))));
-      }
-      const __m512i quants = _mm512_sub_epi16(
-          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + v))),
-          offset);
-      const __m512i scale = _mm512_inserti64x4(_mm512_set1_epi16(scales[v / 16]),
-                                               _mm256_set1_epi16(scales[v / 16 + 1]), 1);
-      const __m512i product = _mm512_mullo_epi16(quants, scale);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(low + v),
-                          _mm512_cvtepi16_epi8(_mm512_and_si512(product, low7)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(high + v),
-                          _mm512_cvtepi16_epi8(_mm512_srai_epi16(product, 7)));
+      split_chunk(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + v)), scales + v / 16,
+                  mins + v / 16, p.offset, p.low + col * pitch + v, p.high + col * pitch + v,
+                  min_row != nullptr ? min_row + v : nullptr);
+    }
+  }
+}
+
+// The split products of one weight row of kType straight from its blocks
+// (the same quants, scales and mins as decode_super_row's), and its
+// super-blocks' d and dmin at d[b] and dmin[b].
+template <TensorType kType>
+void split_super_row(const uint8_t* row, size_t k, int offset, int8_t* low, int8_t* high,
+                     int8_t* min_row, float* d, float* dmin) {
+  using Blocks = SuperBlocks<kType>;
+  for (size_t b = 0; b < k / 256; ++b) {
+    const uint8_t* block = block_at<typename Blocks::Block>(row, b);
+    alignas(16) int8_t scales[16];
+    alignas(32) int16_t mins[16];
+    Blocks::scales(block, scales, mins, d + b, dmin + b);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const size_t v = 256 * b + 32 * static_cast<size_t>(c);
+      split_chunk(Blocks::quants(block, c), scales + 2 * c, mins + 2 * c, offset, low + v, high + v,
+                  min_row != nullptr ? min_row + v : nullptr);
     }
   }
 }
@@ -403,7 +430,9 @@ void legacy_group(const AmxGroupProblem& p) {
 
 template <QuantKind kKind>
 void super_group(const AmxGroupProblem& p) {
-  split_products(p);
+  if (!p.split) {
+    split_products(p);
+  }
   for (size_t panel0 = 0; panel0 < p.x.panels; panel0 += kPanelRun) {
     const size_t panels = p.x.panels - panel0 < kPanelRun ? p.x.panels - panel0 : kPanelRun;
     for (size_t half = 0; kLanes * half < p.cols; ++half) {
@@ -460,6 +489,20 @@ void dot_group_amx(const AmxGroupProblem& p) {
   case QuantKind::kSuperOffset:
     return super_group<QuantKind::kSuperOffset>(p);
   }
+}
+
+void split_super_rows_amx(TensorType type, const uint8_t* rows, size_t row_bytes,
+                          const AmxGroupProblem& p, float* d, float* dmin) {
+  const size_t k = p.k;
+  const size_t nb = k / 256;
+  const size_t pitch = amx_split_pitch(k);
+  visit_super_type(type, "linear: weight type", [&](auto kType) {
+    for (size_t col = 0; col < p.cols; ++col) {
+      split_super_row<decltype(kType)::value>(
+          rows + col * row_bytes, k, p.offset, p.low + col * pitch, p.high + col * pitch,
+          p.mins != nullptr ? p.mins + col * pitch : nullptr, d + col * nb, dmin + col * nb);
+    }
+  });
 }
 
 } // namespace caflm::detail

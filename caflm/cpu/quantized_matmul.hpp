@@ -426,6 +426,7 @@ struct AmxGroupProblem {
   int8_t* low;  // [kAmxGroupCols, amx_split_pitch(k)] scratch for the K kinds' split products
   int8_t* high; // [kAmxGroupCols, amx_split_pitch(k)]
   int8_t* mins; // [kAmxGroupCols, amx_split_pitch(k)] kSuperWithMin: each value's sub-block min
+  bool split;   // K kinds: low, high and mins already hold the group's split products
   int offset;   // stored_offset()
   size_t cols;  // 1..kAmxGroupCols
   float* y;
@@ -438,6 +439,15 @@ struct AmxGroupProblem {
 void amx_begin(QuantKind kind);
 void amx_end();
 void dot_group_amx(const AmxGroupProblem& p);
+
+/// Splits the products of p.cols K-quant weight rows of `type` (at `rows`,
+/// row_bytes apart) into p.low, p.high and p.mins straight from their
+/// blocks, as dot_group_amx does from decoded columns, and writes each
+/// column's d and dmin at d[col * k / 256 + b] and dmin[...]. For a group
+/// with no rows left for the AVX-512 kernels, which read decoded columns:
+/// one pass over the weights instead of decoding, then splitting.
+void split_super_rows_amx(TensorType type, const uint8_t* rows, size_t row_bytes,
+                          const AmxGroupProblem& p, float* d, float* dmin);
 
 /// The rows of x quantized by quantized_linear (row-major, ActivationRow's
 /// arrays for all rows).

@@ -141,6 +141,10 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
         // decoded. (A ragged group would have the tiles read rows past the
         // tensor.)
         const bool in_place = w.type == TensorType::Q8_0 && cols == kAmxGroupCols && tile_rows == m;
+        // Likewise, with no rows left for the AVX-512 kernels (which read
+        // decoded columns), the K kinds' products are split straight from
+        // the weights (split_super_rows_amx, below) without decoding them.
+        const bool split_in_place = is_super_kind(kind) && tile_rows == m;
         if (in_place) {
           const size_t nb = k / 32;
           for (size_t j = 0; j < cols; ++j) {
@@ -150,7 +154,7 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
                   scale_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d));
             }
           }
-        } else {
+        } else if (!split_in_place) {
           for (size_t j = 0; j < cols; ++j) {
             decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
                               scratch.d.data(), scratch.m.data(), scratch.scales.data(),
@@ -179,6 +183,11 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
         tiles.y = y + col0;
         tiles.y_stride = n;
         tiles.bias = bias != nullptr ? bias + col0 : nullptr;
+        if (split_in_place) {
+          split_super_rows_amx(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, tiles,
+                               scratch.d.data(), scratch.m.data());
+          tiles.split = true;
+        }
         dot_group_amx(tiles);
         // The rows after the last panel: the decoded group in column groups
         // of kGroupCols, as the AVX-512 kernels take them.
