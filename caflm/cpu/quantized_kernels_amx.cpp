@@ -359,27 +359,69 @@ void super_half(const AmxGroupProblem& p, size_t half, size_t panel0, size_t pan
 // The K kinds' products scale * (quant - offset) (at most 63 * 128 in
 // magnitude) as 128 * high + low, low in 0..127 and high signed, both int8.
 // With the offset taken out here (Q3_K, Q6_K), a super-block's S is already
-// S - M: the same integer. One chunk of 32 values: `quants` as stored, two
-// sub-blocks of 16 with their scales and mins; min_row (kinds with a min,
-// else null) gets each value's sub-block min (6 bits at most), so that M is
-// x . mins.
-inline void split_chunk(__m256i quants, const int8_t* scales, const int16_t* mins, int offset,
-                        int8_t* low, int8_t* high, int8_t* min_row) {
-  if (min_row != nullptr) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(min_row),
-                        _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(mins[1])),
-                                         _mm_set1_epi8(static_cast<char>(mins[0]))));
-  }
-  const __m512i values = _mm512_sub_epi16(_mm512_cvtepu8_epi16(quants),
-                                          _mm512_set1_epi16(static_cast<int16_t>(offset)));
-  const __m512i scale =
-      _mm512_inserti64x4(_mm512_set1_epi16(scales[0]), _mm256_set1_epi16(scales[1]), 1);
-  const __m512i product = _mm512_mullo_epi16(values, scale);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(low),
-                      _mm512_cvtepi16_epi8(_mm512_and_si512(product, _mm512_set1_epi16(127))));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(high),
-                      _mm512_cvtepi16_epi8(_mm512_srai_epi16(product, 7)));
+// S - M: the same integer.
+
+// Byte index 4 * pair + L in each byte of 128-bit lane L: for a vector of
+// the 64 values from 64 * pair within a super-block, the sub-block (of 16)
+// of each value, as _mm512_shuffle_epi8 takes it from a super-block's 16
+// sub-block bytes in every lane.
+inline __m512i sub_block_of_values(size_t pair) {
+  return _mm512_add_epi8(_mm512_set_epi32(0x03030303, 0x03030303, 0x03030303, 0x03030303,
+                                          0x02020202, 0x02020202, 0x02020202, 0x02020202,
+                                          0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0,
+                                          0),
+                         _mm512_set1_epi8(static_cast<char>(4 * pair)));
 }
+
+// Splits 64 values of one super-block: `quants` as stored, the scale of
+// each value in its byte of `scales` (int8), and its sub-block min in its
+// byte of `mins` (stored to min_row where not null: the kinds with a min,
+// whose M is then x . mins; anything otherwise). The products in 16 bits, even and odd values
+// apart: vpmaddubsw of the unsigned quants with the signed scales of one
+// parity (the other's zero, so nothing saturates), then put back byte by
+// byte.
+inline void split_values(__m512i quants, __m512i scales, __m512i mins, int offset, int8_t* low,
+                         int8_t* high, int8_t* min_row) {
+  const __m512i even_bytes = _mm512_set1_epi16(0x00FF);
+  __m512i even = _mm512_maddubs_epi16(quants, _mm512_and_si512(scales, even_bytes));
+  __m512i odd = _mm512_maddubs_epi16(quants, _mm512_andnot_si512(even_bytes, scales));
+  if (offset != 0) {
+    // (quant - offset) * scale, the scales sign-extended from their bytes.
+    const __m512i offsets = _mm512_set1_epi16(static_cast<int16_t>(offset));
+    even = _mm512_sub_epi16(
+        even, _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(scales, 8), 8), offsets));
+    odd = _mm512_sub_epi16(odd, _mm512_mullo_epi16(_mm512_srai_epi16(scales, 8), offsets));
+  }
+  const __m512i low7 = _mm512_set1_epi16(127);
+  _mm512_storeu_si512(low, _mm512_or_si512(_mm512_and_si512(even, low7),
+                                           _mm512_slli_epi16(_mm512_and_si512(odd, low7), 8)));
+  _mm512_storeu_si512(high,
+                      _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi16(even, 7), even_bytes),
+                                      _mm512_slli_epi16(_mm512_srai_epi16(odd, 7), 8)));
+  if (min_row != nullptr) {
+    _mm512_storeu_si512(min_row, mins);
+  }
+}
+
+// A super-block's 16 sub-block scales (int8) and mins (int16, at most 63)
+// as bytes in every 128-bit lane, for _mm512_shuffle_epi8.
+struct SubBlockBytes {
+  __m512i scales;
+  __m512i mins;
+
+  SubBlockBytes(const int8_t* scales16, const int16_t* mins16)
+    : scales(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales16))))
+    , mins(_mm512_broadcast_i32x4(
+          _mm256_cvtepi16_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins16))))) {}
+
+  // Values 64 * pair .. + 63: scales, then mins, a byte a value.
+  __m512i scales_of(size_t pair) const {
+    return _mm512_shuffle_epi8(scales, sub_block_of_values(pair));
+  }
+  __m512i mins_of(size_t pair) const {
+    return _mm512_shuffle_epi8(mins, sub_block_of_values(pair));
+  }
+};
 
 // The split products of the group's decoded columns.
 void split_products(const AmxGroupProblem& p) {
@@ -387,13 +429,17 @@ void split_products(const AmxGroupProblem& p) {
   const size_t pitch = amx_split_pitch(k);
   for (size_t col = 0; col < p.cols; ++col) {
     const uint8_t* q = p.w.q + col * k;
-    const int8_t* scales = p.w.scales + col * (k / 16);
-    const int16_t* mins = p.w.mins + col * (k / 16);
     int8_t* min_row = p.mins != nullptr ? p.mins + col * pitch : nullptr;
-    for (size_t v = 0; v < k; v += 32) {
-      split_chunk(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + v)), scales + v / 16,
-                  mins + v / 16, p.offset, p.low + col * pitch + v, p.high + col * pitch + v,
-                  min_row != nullptr ? min_row + v : nullptr);
+    for (size_t sb = 0; sb < k / 256; ++sb) {
+      const SubBlockBytes sub(p.w.scales + col * (k / 16) + 16 * sb,
+                              p.w.mins + col * (k / 16) + 16 * sb);
+      for (size_t pair = 0; pair < 4; ++pair) {
+        const size_t v = 256 * sb + 64 * pair;
+        const __m512i quants = _mm512_loadu_si512(q + v);
+        split_values(quants, sub.scales_of(pair), min_row != nullptr ? sub.mins_of(pair) : quants,
+                     p.offset, p.low + col * pitch + v, p.high + col * pitch + v,
+                     min_row != nullptr ? min_row + v : nullptr);
+      }
     }
   }
 }
@@ -410,11 +456,16 @@ void split_super_row(const uint8_t* row, size_t k, int offset, int8_t* low, int8
     alignas(16) int8_t scales[16];
     alignas(32) int16_t mins[16];
     Blocks::scales(block, scales, mins, d + b, dmin + b);
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const size_t v = 256 * b + 32 * static_cast<size_t>(c);
-      split_chunk(Blocks::quants(block, c), scales + 2 * c, mins + 2 * c, offset, low + v, high + v,
-                  min_row != nullptr ? min_row + v : nullptr);
+    const SubBlockBytes sub(scales, mins);
+#pragma GCC unroll 4
+    for (int pair = 0; pair < 4; ++pair) {
+      const size_t v = 256 * b + 64 * static_cast<size_t>(pair);
+      const __m512i quants =
+          _mm512_inserti64x4(_mm512_castsi256_si512(Blocks::quants(block, 2 * pair)),
+                             Blocks::quants(block, 2 * pair + 1), 1);
+      split_values(quants, sub.scales_of(static_cast<size_t>(pair)),
+                   min_row != nullptr ? sub.mins_of(static_cast<size_t>(pair)) : quants, offset,
+                   low + v, high + v, min_row != nullptr ? min_row + v : nullptr);
     }
   }
 }
