@@ -376,10 +376,10 @@ inline __m512i sub_block_of_values(size_t pair) {
 // Splits 64 values of one super-block: `quants` as stored, the scale of
 // each value in its byte of `scales` (int8), and its sub-block min in its
 // byte of `mins` (stored to min_row where not null: the kinds with a min,
-// whose M is then x . mins; anything otherwise). The products in 16 bits, even and odd values
-// apart: vpmaddubsw of the unsigned quants with the signed scales of one
-// parity (the other's zero, so nothing saturates), then put back byte by
-// byte.
+// whose M is then x . mins; anything otherwise). The products are formed in
+// 16 bits, even and odd values apart: vpmaddubsw of the unsigned quants with
+// the signed scales of one parity (the other's zero, so nothing saturates),
+// then put back byte by byte.
 inline void split_values(__m512i quants, __m512i scales, __m512i mins, int offset, int8_t* low,
                          int8_t* high, int8_t* min_row) {
   const __m512i even_bytes = _mm512_set1_epi16(0x00FF);
