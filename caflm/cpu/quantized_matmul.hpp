@@ -383,11 +383,11 @@ inline constexpr size_t kAmxGroupCols = 32;
 
 /// Rows of x from which the AMX kernels take a product of `kind` (fewer take
 /// the AVX-512 kernels, with the same bits). A whole 16-row panel, except
-/// for the K kinds with mins: every column group of those is decoded and
-/// split into three int8 rows a value for the tiles, a cost the tiles repay
-/// only over several panels (on a Sapphire Rapids class Xeon, bench_kernels'
-/// Q4_K and Q5_K shapes ran 7-35% slower on AMX than on AVX-512 at 16 to 48
-/// rows, and 0-7% slower to 7% faster at 64).
+/// for the K kinds with mins: every column group of those is split into
+/// three int8 rows a value for the tiles, a cost the tiles repay only over
+/// several panels. On a Sapphire Rapids class Xeon, bench_kernels' Q4_K
+/// shapes ran at 0.63-1.01x the AVX-512 kernels' rate from 16 to 48 rows,
+/// and at 0.9-1.25x at 64 (1.0-1.45x at 128).
 inline size_t amx_min_rows(QuantKind kind) {
   return kind == QuantKind::kSuperWithMin ? 64 : 16;
 }
