@@ -386,8 +386,10 @@ inline constexpr size_t kAmxGroupCols = 32;
 /// for the K kinds with mins: every column group of those is split into
 /// three int8 rows a value for the tiles, a cost the tiles repay only over
 /// several panels. On a Sapphire Rapids class Xeon, bench_kernels' Q4_K
-/// shapes ran at 0.63-1.01x the AVX-512 kernels' rate from 16 to 48 rows,
-/// and at 0.9-1.25x at 64 (1.0-1.45x at 128).
+/// shapes (K 1536 and 2048) ran at 0.94-0.98x the AVX-512 kernels' rate at
+/// 16 rows and 1.02-1.41x at 32 to 64, but a Q4_K_M 134M Llama (K 768 and
+/// 2048) decoded 32 sequences 2-7% slower with the tiles from 32 rows than
+/// from 64.
 inline size_t amx_min_rows(QuantKind kind) {
   return kind == QuantKind::kSuperWithMin ? 64 : 16;
 }
