@@ -126,6 +126,10 @@ inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size
 // tile store.
 constexpr size_t kLegacyLead = 3;
 constexpr size_t kLegacySumBuffers = 2;
+// C tiles a legacy kernel cycles through: the blocks in flight and the one
+// read out. issue() and read_out() name each of them.
+constexpr size_t kLegacyCTiles = kLegacyLead + 1;
+static_assert(kLegacyCTiles == 4, "legacy_half's switches name four C tiles");
 
 // One block's products into tile C: C zeroed, then A's 16 rows of 32
 // weights (at a_block, rows a_stride apart) times B's 8 x 64 bytes of x (at
@@ -157,11 +161,12 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
   const int32_t* x_sums = kOffset ? p.x.sums + panel * nb * kLanes : nullptr;
   const float* w_d = p.w.d + kLanes * half * nb; // [16, nb]
   alignas(64) int32_t sums[kLegacySumBuffers][kLanes][kLanes];
-  // Block blk's products into C tile blk % 4, from A and B tiles blk % 2.
+  // Block blk's products into C tile blk % kLegacyCTiles, from A and B
+  // tiles blk % 2.
   const auto issue = [&](size_t blk) {
     const uint8_t* a_block = a + p.quants_block_stride * blk;
     const int8_t* b_block = b + blk * 8 * 64;
-    switch (blk % 4) {
+    switch (blk % kLegacyCTiles) {
     case 0:
       CAFLM_LEGACY_PRODUCTS(kSigned, CAFLM_TILE_L_C0, CAFLM_TILE_L_A0, CAFLM_TILE_L_B0, a_block,
                             p.quants_stride, b_block);
@@ -182,7 +187,7 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
   };
   const auto read_out = [&](size_t blk) {
     void* out = sums[blk % kLegacySumBuffers];
-    switch (blk % 4) {
+    switch (blk % kLegacyCTiles) {
     case 0:
       _tile_stored(CAFLM_TILE_L_C0, out, 64);
       break;
