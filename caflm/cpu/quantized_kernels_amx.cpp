@@ -119,6 +119,37 @@ inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size
   }
 }
 
+// A kernel call's share of AmxGroupProblem::next_weights: `per_step`
+// lines asked of L2 at each of its steps. Read from memory by the pass that
+// first touches them (Q8_0's scales, a decode or a split), the weights
+// stalled that pass on every line, one group's few KiB of rows being too
+// short a stream for the hardware prefetchers; asked for while the tiles
+// work from L1 and L2, they are at hand.
+struct NextWeights {
+  const uint8_t* line = nullptr;
+  const uint8_t* end = nullptr;
+  size_t per_step = 0;
+
+  /// Call `call` of `calls` over `steps` steps each.
+  NextWeights(const AmxGroupProblem& p, size_t call, size_t calls, size_t steps) {
+    if (p.next_weights == nullptr || steps == 0) {
+      return;
+    }
+    const size_t lines = (p.next_weights_bytes + 63) / 64;
+    const size_t first = lines * call / calls;
+    const size_t last = lines * (call + 1) / calls;
+    line = p.next_weights + 64 * first;
+    end = p.next_weights + 64 * last;
+    per_step = (last - first + steps - 1) / steps;
+  }
+
+  void step() {
+    for (size_t i = 0; i < per_step && line < end; ++i, line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+    }
+  }
+};
+
 // How far a legacy kernel issues a block's products ahead of reading them
 // out (one C tile per block in flight besides the one read out), and how
 // many blocks' sums it keeps in memory: a block's sums are read out one
@@ -149,7 +180,7 @@ static_assert(kLegacyCTiles == 4, "legacy_half's switches name four C tiles");
 
 // One 16-column half of a legacy group against one x panel.
 template <QuantKind kKind>
-void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
+void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel, NextWeights next) {
   constexpr bool kSigned = kKind == QuantKind::kLegacySigned;
   constexpr bool kOffset = kKind == QuantKind::kLegacyOffset;
   constexpr bool kWithMin = kKind == QuantKind::kLegacyWithMin;
@@ -221,6 +252,7 @@ void legacy_half(const AmxGroupProblem& p, size_t half, size_t panel) {
     if (blk + kLegacyLead < nb) {
       issue(blk + kLegacyLead);
     }
+    next.step();
     const __m512 d = _mm512_loadu_ps(x_d + kLanes * blk);
     __m512i correction = _mm512_setzero_si512();
     if constexpr (kOffset) {
@@ -279,7 +311,8 @@ constexpr size_t kPanelRun = 8;
 // from `panel0`: super-block by super-block, each against every panel, so
 // that a super-block's weight tiles are read from L2 once, not once a panel.
 template <QuantKind kKind>
-void super_half(const AmxGroupProblem& p, size_t half, size_t panel0, size_t panels) {
+void super_half(const AmxGroupProblem& p, size_t half, size_t panel0, size_t panels,
+                NextWeights next) {
   constexpr bool kOffset = kKind == QuantKind::kSuperOffset;
   const size_t k = p.k;
   const size_t nsb = k / 256;
@@ -332,6 +365,7 @@ void super_half(const AmxGroupProblem& p, size_t half, size_t panel0, size_t pan
     if (t + 1 < steps) {
       issue(t + 1);
     }
+    next.step();
     const size_t sb = t / panels;
     const size_t panel = panel0 + t % panels;
     __m512(&panel_acc)[kLanes] = acc[t % panels];
@@ -477,9 +511,11 @@ void split_super_row(const uint8_t* row, size_t k, int offset, int8_t* low, int8
 
 template <QuantKind kKind>
 void legacy_group(const AmxGroupProblem& p) {
+  const size_t halves = (p.cols + kLanes - 1) / kLanes;
+  const size_t calls = p.x.panels * halves;
   for (size_t panel = 0; panel < p.x.panels; ++panel) {
-    for (size_t half = 0; kLanes * half < p.cols; ++half) {
-      legacy_half<kKind>(p, half, panel);
+    for (size_t half = 0; half < halves; ++half) {
+      legacy_half<kKind>(p, half, panel, NextWeights(p, panel * halves + half, calls, p.k / 32));
     }
   }
 }
@@ -489,10 +525,14 @@ void super_group(const AmxGroupProblem& p) {
   if (!p.split) {
     split_products(p);
   }
-  for (size_t panel0 = 0; panel0 < p.x.panels; panel0 += kPanelRun) {
+  const size_t halves = (p.cols + kLanes - 1) / kLanes;
+  const size_t runs = (p.x.panels + kPanelRun - 1) / kPanelRun;
+  for (size_t run = 0; run < runs; ++run) {
+    const size_t panel0 = run * kPanelRun;
     const size_t panels = p.x.panels - panel0 < kPanelRun ? p.x.panels - panel0 : kPanelRun;
-    for (size_t half = 0; kLanes * half < p.cols; ++half) {
-      super_half<kKind>(p, half, panel0, panels);
+    for (size_t half = 0; half < halves; ++half) {
+      super_half<kKind>(p, half, panel0, panels,
+                        NextWeights(p, run * halves + half, runs * halves, p.k / 256 * panels));
     }
   }
 }

@@ -434,6 +434,11 @@ struct AmxGroupProblem {
   float* y;
   size_t y_stride;
   const float* bias;
+  // The weight bytes the thread reads after this group (its next group's
+  // rows, contiguous), asked of L2 a few lines at a time while this group
+  // computes; none where null.
+  const uint8_t* next_weights;
+  size_t next_weights_bytes;
 };
 
 /// Loads the tile configuration of `kind`'s AMX kernels on the calling

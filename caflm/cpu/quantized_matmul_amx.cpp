@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -122,94 +123,101 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
 
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
   const size_t w_row_bytes = tensor_row_bytes(w.type, k);
-  const ColumnTiles tiles =
-      quantized_column_tiles(n, kAmxGroupCols, static_cast<size_t>(omp_get_max_threads()));
-  const auto n_tiles = static_cast<ptrdiff_t>(tiles.tiles);
+  // Groups are claimed from a shared counter, each thread's next one as it
+  // starts the current one, so that the kernels can ask L2 for the next
+  // group's weights while they compute (AmxGroupProblem::next_weights).
+  // Which thread computes a group never changes its bits.
+  const size_t groups = (n + kAmxGroupCols - 1) / kAmxGroupCols;
+  std::atomic<size_t> next_group{0};
 #pragma omp parallel if (m * n * k >= kParallelMinMacs)
   {
     amx_begin(kind);
-#pragma omp for schedule(dynamic)
-    for (ptrdiff_t tile = 0; tile < n_tiles; ++tile) {
-      thread_local AmxGroupScratch scratch;
-      scratch.resize(kind, k);
-      const size_t col_begin = tiles.begin(static_cast<size_t>(tile));
-      const size_t col_end = tiles.begin(static_cast<size_t>(tile) + 1);
-      for (size_t col0 = col_begin; col0 < col_end; col0 += kAmxGroupCols) {
-        const size_t cols = std::min(kAmxGroupCols, col_end - col0);
-        // A whole group of Q8_0 with no rows left for the AVX-512 kernels
-        // feeds its blocks to the tiles where they lie; only the scales are
-        // decoded. (A ragged group would have the tiles read rows past the
-        // tensor.)
-        const bool in_place = w.type == TensorType::Q8_0 && cols == kAmxGroupCols && tile_rows == m;
-        // Likewise, with no rows left for the AVX-512 kernels (which read
-        // decoded columns), the K kinds' products are split straight from
-        // the weights (split_super_rows_amx, below) without decoding them.
-        const bool split_in_place = is_super_kind(kind) && tile_rows == m;
-        if (in_place) {
-          const size_t nb = k / 32;
-          for (size_t j = 0; j < cols; ++j) {
-            const uint8_t* row = w_bytes + (col0 + j) * w_row_bytes;
-            for (size_t b = 0; b < nb; ++b) {
-              scratch.d[j * nb + b] =
-                  scale_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d));
-            }
-          }
-        } else if (!split_in_place) {
-          for (size_t j = 0; j < cols; ++j) {
-            decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
-                              scratch.d.data(), scratch.m.data(), scratch.scales.data(),
-                              scratch.mins.data());
+    thread_local AmxGroupScratch scratch;
+    scratch.resize(kind, k);
+    size_t group = next_group.fetch_add(1, std::memory_order_relaxed);
+    while (group < groups) {
+      const size_t following = next_group.fetch_add(1, std::memory_order_relaxed);
+      const size_t col0 = group * kAmxGroupCols;
+      const size_t cols = std::min(kAmxGroupCols, n - col0);
+      // A whole group of Q8_0 with no rows left for the AVX-512 kernels
+      // feeds its blocks to the tiles where they lie; only the scales are
+      // decoded. (A ragged group would have the tiles read rows past the
+      // tensor.)
+      const bool in_place = w.type == TensorType::Q8_0 && cols == kAmxGroupCols && tile_rows == m;
+      // Likewise, with no rows left for the AVX-512 kernels (which read
+      // decoded columns), the K kinds' products are split straight from
+      // the weights (split_super_rows_amx, below) without decoding them.
+      const bool split_in_place = is_super_kind(kind) && tile_rows == m;
+      if (in_place) {
+        const size_t nb = k / 32;
+        for (size_t j = 0; j < cols; ++j) {
+          const uint8_t* row = w_bytes + (col0 + j) * w_row_bytes;
+          for (size_t b = 0; b < nb; ++b) {
+            scratch.d[j * nb + b] = scale_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d));
           }
         }
-        AmxGroupProblem tiles{};
-        tiles.kind = kind;
-        tiles.k = k;
-        tiles.x = panelled;
-        tiles.w = scratch.columns(0, w.type, k);
-        if (in_place) {
-          tiles.quants = w_bytes + col0 * w_row_bytes + offsetof(BlockQ8_0, qs);
-          tiles.quants_stride = w_row_bytes;
-          tiles.quants_block_stride = sizeof(BlockQ8_0);
-        } else {
-          tiles.quants = scratch.q.data();
-          tiles.quants_stride = k;
-          tiles.quants_block_stride = 32;
-        }
-        tiles.low = scratch.low.data();
-        tiles.high = scratch.high.data();
-        tiles.mins = kind == QuantKind::kSuperWithMin ? scratch.min_rows.data() : nullptr;
-        tiles.offset = stored_offset(w.type);
-        tiles.cols = cols;
-        tiles.y = y + col0;
-        tiles.y_stride = n;
-        tiles.bias = bias != nullptr ? bias + col0 : nullptr;
-        if (split_in_place) {
-          split_super_rows_amx(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, tiles,
-                               scratch.d.data(), scratch.m.data());
-          tiles.split = true;
-        }
-        dot_group_amx(tiles);
-        // The rows after the last panel: the decoded group in column groups
-        // of kGroupCols, as the AVX-512 kernels take them.
-        for (size_t sub = 0; tile_rows < m && sub < cols; sub += kGroupCols) {
-          GroupProblem rest{};
-          rest.kind = kind;
-          rest.k = k;
-          rest.m = m - tile_rows;
-          rest.x_q = x.q + tile_rows * k;
-          rest.x_d = x.d + tile_rows * blocks;
-          rest.x_s = x.s != nullptr ? x.s + tile_rows * blocks : nullptr;
-          // Only the K kinds read sums (Q8_K's, one per 16 values).
-          rest.x_bsums = act == TensorType::Q8_K ? x.bsums + tile_rows * (k / 16) : nullptr;
-          rest.w = scratch.columns(sub, w.type, k);
-          rest.offset = stored_offset(w.type);
-          rest.cols = std::min(kGroupCols, cols - sub);
-          rest.y = y + tile_rows * n + col0 + sub;
-          rest.y_stride = n;
-          rest.bias = bias != nullptr ? bias + col0 + sub : nullptr;
-          dot_group_avx512(rest);
+      } else if (!split_in_place) {
+        for (size_t j = 0; j < cols; ++j) {
+          decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
+                            scratch.d.data(), scratch.m.data(), scratch.scales.data(),
+                            scratch.mins.data());
         }
       }
+      AmxGroupProblem tiles{};
+      tiles.kind = kind;
+      tiles.k = k;
+      tiles.x = panelled;
+      tiles.w = scratch.columns(0, w.type, k);
+      if (in_place) {
+        tiles.quants = w_bytes + col0 * w_row_bytes + offsetof(BlockQ8_0, qs);
+        tiles.quants_stride = w_row_bytes;
+        tiles.quants_block_stride = sizeof(BlockQ8_0);
+      } else {
+        tiles.quants = scratch.q.data();
+        tiles.quants_stride = k;
+        tiles.quants_block_stride = 32;
+      }
+      tiles.low = scratch.low.data();
+      tiles.high = scratch.high.data();
+      tiles.mins = kind == QuantKind::kSuperWithMin ? scratch.min_rows.data() : nullptr;
+      tiles.offset = stored_offset(w.type);
+      tiles.cols = cols;
+      tiles.y = y + col0;
+      tiles.y_stride = n;
+      tiles.bias = bias != nullptr ? bias + col0 : nullptr;
+      if (following < groups) {
+        const size_t next_col0 = following * kAmxGroupCols;
+        tiles.next_weights = w_bytes + next_col0 * w_row_bytes;
+        tiles.next_weights_bytes =
+            (std::min(n, next_col0 + kAmxGroupCols) - next_col0) * w_row_bytes;
+      }
+      if (split_in_place) {
+        split_super_rows_amx(w.type, w_bytes + col0 * w_row_bytes, w_row_bytes, tiles,
+                             scratch.d.data(), scratch.m.data());
+        tiles.split = true;
+      }
+      dot_group_amx(tiles);
+      // The rows after the last panel: the decoded group in column groups
+      // of kGroupCols, as the AVX-512 kernels take them.
+      for (size_t sub = 0; tile_rows < m && sub < cols; sub += kGroupCols) {
+        GroupProblem rest{};
+        rest.kind = kind;
+        rest.k = k;
+        rest.m = m - tile_rows;
+        rest.x_q = x.q + tile_rows * k;
+        rest.x_d = x.d + tile_rows * blocks;
+        rest.x_s = x.s != nullptr ? x.s + tile_rows * blocks : nullptr;
+        // Only the K kinds read sums (Q8_K's, one per 16 values).
+        rest.x_bsums = act == TensorType::Q8_K ? x.bsums + tile_rows * (k / 16) : nullptr;
+        rest.w = scratch.columns(sub, w.type, k);
+        rest.offset = stored_offset(w.type);
+        rest.cols = std::min(kGroupCols, cols - sub);
+        rest.y = y + tile_rows * n + col0 + sub;
+        rest.y_stride = n;
+        rest.bias = bias != nullptr ? bias + col0 + sub : nullptr;
+        dot_group_avx512(rest);
+      }
+      group = following;
     }
     amx_end();
   }
