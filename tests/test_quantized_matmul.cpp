@@ -94,6 +94,25 @@ TEST_CASE("activation quantization matches ggml's reference quantizers byte for 
   }
 }
 
+TEST_CASE("activation quantization matches ggml's for rows of any whole number of blocks",
+          "[quantized_matmul]") {
+  // The AVX-512 quantizer takes 16 blocks of 32 at a time: rows of fewer,
+  // of a multiple, and of a multiple and a few more.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  for (size_t k : {32, 64, 480, 512, 576, 1056, 2048}) {
+    for (TensorType act : {TensorType::Q8_0, TensorType::Q8_1, TensorType::Q8_K}) {
+      if (k % tensor_block_size(act) != 0)
+        continue;
+      std::vector<float> x(k);
+      for (size_t i = 0; i < k; ++i)
+        x[i] = uniform(rng) * (1.0f + static_cast<float>(i / 32 % 5));
+      INFO(to_string(act) << " k " << k);
+      require_same_bytes(act, x);
+    }
+  }
+}
+
 TEST_CASE("activation quantization matches on ties, zeros and equal maxima", "[quantized_matmul]") {
   for (TensorType act : {TensorType::Q8_0, TensorType::Q8_1, TensorType::Q8_K}) {
     std::vector<float> x(512, 0.0f);

@@ -3,6 +3,7 @@
 #include "caflm/cpu/quantized_matmul.hpp"
 
 #include "caflm/cpu/block_readers.hpp"
+#include "caflm/cpu/cpu_matmul.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
 
 #include <immintrin.h>
@@ -126,6 +127,14 @@ void quantize_block_q8_k(const float* __restrict__ x, int8_t* __restrict__ q, fl
   *d = 1.0f / iscale;
 }
 
+// Whether Q8_0 and Q8_1 rows take the AVX-512 quantizer: where the matmuls'
+// kernels are AVX-512 or AMX (not with CAFLM_MATMUL_ISA=avx2, which keeps
+// every kernel to AVX2).
+bool quantize_with_avx512() {
+  static const bool avx512 = default_matmul_isa() != MatmulIsa::Avx2;
+  return avx512;
+}
+
 } // namespace
 
 void quantize_activation_row(TensorType act_type, const float* __restrict__ x, size_t k,
@@ -135,6 +144,10 @@ void quantize_activation_row(TensorType act_type, const float* __restrict__ x, s
   case TensorType::Q8_1:
     if (k % 32 != 0) {
       break;
+    }
+    if (quantize_with_avx512()) {
+      quantize_q8_row_avx512(act_type, x, k, out);
+      return;
     }
     for (size_t b = 0; b < k / 32; ++b) {
       quantize_block_q8(

@@ -81,6 +81,12 @@ struct ActivationRow {
 void quantize_activation_row(TensorType act_type, const float* __restrict__ x, size_t k,
                              const ActivationRow& out);
 
+/// quantize_activation_row for Q8_0 and Q8_1 (k a multiple of 32) with
+/// AVX-512 F, BW and VL (quantized_activations_avx512.cpp): the same bytes
+/// for finite values.
+void quantize_q8_row_avx512(TensorType act_type, const float* __restrict__ x, size_t k,
+                            const ActivationRow& out);
+
 /// Unpacked weight rows of one column group, `k` values each. Which arrays are
 /// used depends on the kind.
 struct DecodedColumns {
