@@ -30,6 +30,9 @@
 
 #include "caflm/cpu/avx512_intrinsics.hpp"
 #include "caflm/cpu/super_block_readers.hpp"
+#include "caflm/gguf/quant_blocks.hpp"
+
+#include <cstddef>
 
 namespace caflm::detail {
 
@@ -80,17 +83,13 @@ inline size_t columns_in_half(size_t cols, size_t half) {
   return left < kLanes ? left : kLanes;
 }
 
-// Writes a 16 x 16 block held column by column (block[j] lane r: row r of
-// column j) to y row by row: row r's first `cols` values at y + r * y_stride, each + its column's
-// bias where there is one (no bias adds nothing: not + 0, which would turn -0 into +0). Whole rows,
-// so that each store fills cache lines instead of touching 16 of them a column at a time.
-inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size_t cols,
-                        const float* bias) {
-  // A 16 x 16 transpose: pairs, then quads within 128-bit lanes, then lanes.
+// out[r] lane j = in[j] lane r: pairs, then quads within 128-bit lanes,
+// then lanes.
+inline void transpose_16x16(const __m512 (&in)[kLanes], __m512 (&out)[kLanes]) {
   __m512 pairs[kLanes];
   for (size_t i = 0; i < kLanes; i += 2) {
-    pairs[i] = _mm512_unpacklo_ps(block[i], block[i + 1]);
-    pairs[i + 1] = _mm512_unpackhi_ps(block[i], block[i + 1]);
+    pairs[i] = _mm512_unpacklo_ps(in[i], in[i + 1]);
+    pairs[i + 1] = _mm512_unpackhi_ps(in[i], in[i + 1]);
   }
   // quads[4i + c], 128-bit lane L: row 4L + c, columns 4i .. 4i + 3.
   __m512 quads[kLanes];
@@ -100,7 +99,6 @@ inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size
     quads[i + 2] = _mm512_shuffle_ps(pairs[i + 1], pairs[i + 3], 0x44);
     quads[i + 3] = _mm512_shuffle_ps(pairs[i + 1], pairs[i + 3], 0xEE);
   }
-  __m512 out[kLanes];
   for (size_t c = 0; c < 4; ++c) {
     const __m512 even_low = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0x88);
     const __m512 odd_low = _mm512_shuffle_f32x4(quads[c], quads[4 + c], 0xDD);
@@ -111,11 +109,37 @@ inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size
     out[4 + c] = _mm512_shuffle_f32x4(odd_low, odd_high, 0x88);
     out[12 + c] = _mm512_shuffle_f32x4(odd_low, odd_high, 0xDD);
   }
+}
+
+// Writes a 16 x 16 block held column by column (block[j] lane r: row r of column j) to y row by
+// row: row r's first `cols` values at y + r * y_stride, each + its column's bias where there is
+// one (no bias adds nothing: not + 0, which would turn -0 into +0). Whole rows, so that each store
+// fills cache lines instead of touching 16 of them a column at a time.
+inline void store_block(__m512 (&block)[kLanes], float* y, size_t y_stride, size_t cols,
+                        const float* bias) {
+  __m512 out[kLanes];
+  transpose_16x16(block, out);
   const __mmask16 valid = static_cast<__mmask16>((1u << cols) - 1);
   const __m512 biases = bias != nullptr ? _mm512_maskz_loadu_ps(valid, bias) : _mm512_setzero_ps();
   for (size_t r = 0; r < kLanes; ++r) {
     _mm512_mask_storeu_ps(y + r * y_stride, valid,
                           bias != nullptr ? _mm512_add_ps(out[r], biases) : out[r]);
+  }
+}
+
+// Transposes `count` <= 16 values of each of 16 rows (row r's at in + r *
+// in_stride, 4 bytes each) into count vectors of 16, one per value, stored
+// 64 bytes apart from out.
+inline void transpose_rows(const void* in, size_t in_stride, size_t count, void* out) {
+  const auto valid = static_cast<__mmask16>((1u << count) - 1u);
+  __m512 rows[kLanes];
+  for (size_t r = 0; r < kLanes; ++r) {
+    rows[r] = _mm512_maskz_loadu_ps(valid, static_cast<const uint8_t*>(in) + r * in_stride);
+  }
+  __m512 columns[kLanes];
+  transpose_16x16(rows, columns);
+  for (size_t c = 0; c < count; ++c) {
+    _mm512_storeu_ps(static_cast<uint8_t*>(out) + 64 * c, columns[c]);
   }
 }
 
@@ -584,6 +608,62 @@ void dot_group_amx(const AmxGroupProblem& p) {
     return super_group<QuantKind::kSuperWithMin>(p);
   case QuantKind::kSuperOffset:
     return super_group<QuantKind::kSuperOffset>(p);
+  }
+}
+
+void pack_panel_amx(const QuantizedRows& x, size_t k, size_t blocks, size_t panel,
+                    const AmxPanelsOut& out) {
+  const size_t row0 = kLanes * panel;
+  // Quants 4 at a time, 16 groups of 4 per pass.
+  int8_t* q = out.q + panel * (k / 4) * 64;
+  for (size_t g = 0; g < k / 4; g += kLanes) {
+    const size_t count = k / 4 - g < kLanes ? k / 4 - g : kLanes;
+    transpose_rows(x.q + row0 * k + 4 * g, k, count, q + 64 * g);
+  }
+  // Each block's scale (and Q8_1's d * sum), 16 blocks per pass.
+  const size_t at = panel * blocks * kLanes;
+  for (size_t b = 0; b < blocks; b += kLanes) {
+    const size_t count = blocks - b < kLanes ? blocks - b : kLanes;
+    transpose_rows(x.d + row0 * blocks + b, 4 * blocks, count, out.d + at + b * kLanes);
+    if (out.s != nullptr) {
+      transpose_rows(x.s + row0 * blocks + b, 4 * blocks, count, out.s + at + b * kLanes);
+    }
+  }
+  if (out.sums != nullptr) {
+    // The sums of each block's quants: the quantizer's where it kept them.
+    for (size_t b = 0; b < blocks; ++b) {
+      alignas(64) int32_t sums[kLanes];
+      for (size_t lane = 0; lane < kLanes; ++lane) {
+        const size_t row = row0 + lane;
+        if (x.bsums != nullptr) {
+          sums[lane] = x.bsums[row * blocks + b];
+          continue;
+        }
+        const int8_t* quants = x.q + row * k + 32 * b;
+        sums[lane] = _mm512_reduce_add_epi32(_mm512_add_epi32(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants))),
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 16)))));
+      }
+      _mm512_storeu_si512(out.sums + at + b * kLanes, _mm512_load_si512(sums));
+    }
+  }
+}
+
+void q8_0_scales_amx(const uint8_t* rows, size_t row_bytes, size_t cols, size_t blocks, float* d) {
+  // 16 blocks' f16 scales of a row in one gather, 34 bytes apart.
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(sizeof(BlockQ8_0))));
+  for (size_t col = 0; col < cols; ++col) {
+    const uint8_t* row = rows + col * row_bytes + offsetof(BlockQ8_0, d);
+    for (size_t b = 0; b < blocks; b += kLanes) {
+      const size_t count = blocks - b < kLanes ? blocks - b : kLanes;
+      const auto valid = static_cast<__mmask16>((1u << count) - 1u);
+      const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, offsets,
+                                                        row + b * sizeof(BlockQ8_0), 1);
+      _mm512_mask_storeu_ps(d + col * blocks + b, valid,
+                            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)));
+    }
   }
 }
 

@@ -495,6 +495,23 @@ class QuantizedActivations {
   std::vector<int16_t> bsums_;
 };
 
+/// The writable arrays of AmxActivations.
+struct AmxPanelsOut {
+  int8_t* q;
+  float* d;
+  float* s;      // or null: x has no s
+  int32_t* sums; // or null: no kLegacyOffset weight
+};
+
+/// Lays out the 16 rows of x from 16 * panel in panel `panel` of `out`
+/// (AmxActivations' layout; x's rows of k values and `blocks` scales).
+void pack_panel_amx(const QuantizedRows& x, size_t k, size_t blocks, size_t panel,
+                    const AmxPanelsOut& out);
+
+/// The f32 scales of `cols` Q8_0 rows (row_bytes apart from rows) of
+/// `blocks` blocks each: d[col * blocks + b].
+void q8_0_scales_amx(const uint8_t* rows, size_t row_bytes, size_t cols, size_t blocks, float* d);
+
 /// quantized_linear's column loop on the AMX kernels, for m >= amx_min_rows(kind): x in
 /// 16-row panels, groups of kAmxGroupCols columns (quantized_matmul_amx.cpp).
 void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,

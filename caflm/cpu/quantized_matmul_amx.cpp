@@ -21,40 +21,6 @@ namespace caflm::detail {
 
 namespace {
 
-/// The f32 value of a block's f16 scale at p.
-float scale_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, sizeof bits);
-  return _cvtsh_ss(bits);
-}
-
-/// Lays out row `row` of x in the 16-row panels of AmxActivations (the
-/// writable arrays at q, d, and where not null s and sums).
-void pack_panel_row(size_t k, size_t blocks, size_t row, const QuantizedRows& x, int8_t* q,
-                    float* d, float* s, int32_t* sums) {
-  const size_t panel = row / 16;
-  const size_t lane = row % 16;
-  int8_t* q_out = q + panel * (k / 4) * 64 + 4 * lane;
-  const int8_t* q_in = x.q + row * k;
-  for (size_t g = 0; g < k / 4; ++g) {
-    std::memcpy(q_out + 64 * g, q_in + 4 * g, 4);
-  }
-  for (size_t b = 0; b < blocks; ++b) {
-    const size_t at = (panel * blocks + b) * 16 + lane;
-    d[at] = x.d[row * blocks + b];
-    if (s != nullptr) {
-      s[at] = x.s[row * blocks + b];
-    }
-    if (sums != nullptr) {
-      int32_t sum = 0;
-      for (size_t i = 0; i < 32; ++i) {
-        sum += q_in[32 * b + i];
-      }
-      sums[at] = sum;
-    }
-  }
-}
-
 /// One thread's decoded column group for amx_linear, grown once.
 struct AmxGroupScratch {
   std::vector<uint8_t> q;
@@ -114,10 +80,10 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
   float* const pd = panel_d.data();
   float* const ps = x.s != nullptr ? panel_s.data() : nullptr;
   int32_t* const psums = kind == QuantKind::kLegacyOffset ? panel_sums.data() : nullptr;
-  const auto panel_rows = static_cast<ptrdiff_t>(tile_rows);
+  const auto n_panels = static_cast<ptrdiff_t>(panels);
 #pragma omp parallel for schedule(static) if (m * k >= kParallelMinMacs / 8)
-  for (ptrdiff_t r = 0; r < panel_rows; ++r) {
-    pack_panel_row(k, blocks, static_cast<size_t>(r), x, pq, pd, ps, psums);
+  for (ptrdiff_t panel = 0; panel < n_panels; ++panel) {
+    pack_panel_amx(x, k, blocks, static_cast<size_t>(panel), AmxPanelsOut{pq, pd, ps, psums});
   }
   const AmxActivations panelled{panels, pq, pd, ps, psums};
 
@@ -149,13 +115,7 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
       // the weights (split_super_rows_amx, below) without decoding them.
       const bool split_in_place = is_super_kind(kind) && tile_rows == m;
       if (in_place) {
-        const size_t nb = k / 32;
-        for (size_t j = 0; j < cols; ++j) {
-          const uint8_t* row = w_bytes + (col0 + j) * w_row_bytes;
-          for (size_t b = 0; b < nb; ++b) {
-            scratch.d[j * nb + b] = scale_at(row + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d));
-          }
-        }
+        q8_0_scales_amx(w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k / 32, scratch.d.data());
       } else if (!split_in_place) {
         for (size_t j = 0; j < cols; ++j) {
           decode_weight_row(w.type, w_bytes + (col0 + j) * w_row_bytes, k, j, scratch.q.data(),
