@@ -84,8 +84,9 @@ inline size_t columns_in_half(size_t cols, size_t half) {
 }
 
 // out[r] lane j = in[j] lane r: pairs, then quads within 128-bit lanes,
-// then lanes.
-inline void transpose_16x16(const __m512 (&in)[kLanes], __m512 (&out)[kLanes]) {
+// then lanes. Always inlined, so that both arrays stay in registers.
+inline __attribute__((always_inline)) void transpose_16x16(const __m512 (&in)[kLanes],
+                                                           __m512 (&out)[kLanes]) {
   __m512 pairs[kLanes];
   for (size_t i = 0; i < kLanes; i += 2) {
     pairs[i] = _mm512_unpacklo_ps(in[i], in[i + 1]);
