@@ -322,6 +322,25 @@ TEST_CASE("scale_f32 rounds each element once", "[cpu_kernels]") {
   }
 }
 
+TEST_CASE("softmax_f32 finds the maximum wherever it lies", "[cpu_kernels]") {
+  // One value 200 above the others: exp(-200) is 0 in f32, but with a
+  // maximum taken from the wrong lanes the others come out as exp(0) over
+  // exp(87) (where exp saturates), not 0.
+  for (float rest : {0.0f, -std::numeric_limits<float>::infinity()}) {
+    for (size_t n : {1, 7, 8, 13, 40}) {
+      for (size_t at = 0; at < n; ++at) {
+        std::vector<float> x(n, rest);
+        x[at] = 200.0f;
+        softmax_f32(x.data(), n);
+        for (size_t i = 0; i < n; ++i) {
+          INFO("others " << rest << " n " << n << " maximum at " << at << " element " << i);
+          REQUIRE(x[i] == (i == at ? 1.0f : 0.0f));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("softmax_f32 matches a double-precision reference", "[cpu_kernels]") {
   std::mt19937 rng(29);
   for (size_t n : {1, 5, 8, 40, 333}) {

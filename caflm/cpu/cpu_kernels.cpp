@@ -38,8 +38,9 @@ void for_each_chunk(size_t n, Body body) {
 
 // exp(x) in 8 lanes (Cephes expf: range reduction by ln 2 and a degree-6
 // polynomial, within 2 ulp). Inputs below -87.3 give 0, above 87 give exp(87);
-// callers only need values up to that.
-__m256 exp256(__m256 x) {
+// callers only need values up to that. Always inlined: called for every 8
+// values, a call reloaded all its constants each time.
+inline __attribute__((always_inline)) __m256 exp256(__m256 x) {
   const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(87.0f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -316,8 +317,20 @@ void softmax_f32(float* __restrict__ x, size_t n) {
   if (n == 0) {
     return;
   }
-  const float max = *std::max_element(x, x + n);
-  const __m256 vmax = _mm256_set1_ps(max);
+  // The maximum 8 lanes at a time (the same value in any order), the last
+  // chunk padded with its own first value.
+  __m256 lanes_max = _mm256_set1_ps(x[0]);
+  for_each_chunk(n, [&](size_t i, size_t count) {
+    const __m256 chunk = count == 8
+                             ? _mm256_loadu_ps(x + i)
+                             : _mm256_blendv_ps(_mm256_set1_ps(x[i]), load_lanes(x + i, count),
+                                                _mm256_castsi256_ps(tail_mask(count)));
+    lanes_max = _mm256_max_ps(lanes_max, chunk);
+  });
+  __m128 max4 = _mm_max_ps(_mm256_castps256_ps128(lanes_max), _mm256_extractf128_ps(lanes_max, 1));
+  max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+  max4 = _mm_max_ss(max4, _mm_movehdup_ps(max4));
+  const __m256 vmax = _mm256_set1_ps(_mm_cvtss_f32(max4));
   // Exponentiate in place while summing; lanes past the end must add 0, not
   // exp(0 - max).
   const float sum = sum_chunks(n, [x, vmax](size_t i, size_t count) {
