@@ -8,13 +8,9 @@
 
 #include "caflm/gguf/quant_blocks.hpp"
 
-#include <immintrin.h>
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
-#include <cstring>
 #include <vector>
 
 namespace caflm::detail {
