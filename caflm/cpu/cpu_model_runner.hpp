@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "caflm/cpu/cache_line_vector.hpp"
 #include "caflm/cpu/cpu_kernels.hpp"
 #include "caflm/kv/kv_storage.hpp"
 #include "caflm/model/model.hpp"
@@ -63,15 +64,15 @@ class CpuModelRunner : public RaggedBackend {
   RopeConfig rope_;
   KvStorage kv_;
   // Step scratch, sized by the limits; a step allocates nothing.
-  std::vector<float> x_;                  // [max_tokens, dim] residual stream
-  std::vector<float> h_;                  // [max_tokens, dim] normed input / block output
-  std::vector<float> q_;                  // [max_tokens, q_dim]
-  std::vector<float> k_;                  // [max_tokens, kv_dim]
-  std::vector<float> v_;                  // [max_tokens, kv_dim]
-  std::vector<float> attn_;               // [max_tokens, q_dim]
-  std::vector<float> gate_;               // [max_tokens, ffn_dim]
-  std::vector<float> up_;                 // [max_tokens, ffn_dim]
-  std::vector<float> last_;               // [max_items, dim] last token of each item
+  CacheLineVector<float> x_;              // [max_tokens, dim] residual stream
+  CacheLineVector<float> h_;              // [max_tokens, dim] normed input / block output
+  CacheLineVector<float> q_;              // [max_tokens, q_dim]
+  CacheLineVector<float> k_;              // [max_tokens, kv_dim]
+  CacheLineVector<float> v_;              // [max_tokens, kv_dim]
+  CacheLineVector<float> attn_;           // [max_tokens, q_dim]
+  CacheLineVector<float> gate_;           // [max_tokens, ffn_dim]
+  CacheLineVector<float> up_;             // [max_tokens, ffn_dim]
+  CacheLineVector<float> last_;           // [max_items, dim] last token of each item
   std::vector<std::int32_t> positions_;   // [max_tokens]
   std::vector<float> rope_angles_;        // [max_tokens, head_dim] cos and sin of each pair
   std::vector<std::uint32_t> token_item_; // [max_tokens] item of each token
@@ -86,7 +87,7 @@ class CpuModelRunner : public RaggedBackend {
   std::vector<AttentionWork> attention_work_; // [max_tokens * n_kv_heads] this step's
   int threads_;                               // OpenMP threads of the attention loop
   std::size_t scores_per_thread_;             // max(run, n_kv_heads) * group * (max_context + run)
-  std::vector<float> scores_;                 // [threads, scores_per_thread_]
+  CacheLineVector<float> scores_;             // [threads, scores_per_thread_]
 };
 
 } // namespace caflm

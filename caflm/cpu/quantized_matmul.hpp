@@ -1,5 +1,6 @@
 #pragma once
 
+#include "caflm/cpu/cache_line_vector.hpp"
 #include "caflm/cpu/cpu_matmul.hpp"
 
 #include <algorithm>
@@ -489,10 +490,10 @@ class QuantizedActivations {
   TensorType act_ = TensorType::Q8_0;
   size_t m_ = 0;
   size_t k_ = 0;
-  std::vector<int8_t> q_;
-  std::vector<float> d_;
-  std::vector<float> s_;
-  std::vector<int16_t> bsums_;
+  CacheLineVector<int8_t> q_;
+  CacheLineVector<float> d_;
+  CacheLineVector<float> s_;
+  CacheLineVector<int16_t> bsums_;
 };
 
 /// The writable arrays of AmxActivations.

@@ -19,14 +19,14 @@ namespace {
 
 /// One thread's decoded column group for amx_linear, grown once.
 struct AmxGroupScratch {
-  std::vector<uint8_t> q;
-  std::vector<float> d;
-  std::vector<float> m;
-  std::vector<int8_t> scales;
-  std::vector<int16_t> mins;
-  std::vector<int8_t> low;
-  std::vector<int8_t> high;
-  std::vector<int8_t> min_rows;
+  CacheLineVector<uint8_t> q;
+  CacheLineVector<float> d;
+  CacheLineVector<float> m;
+  CacheLineVector<int8_t> scales;
+  CacheLineVector<int16_t> mins;
+  CacheLineVector<int8_t> low;
+  CacheLineVector<int8_t> high;
+  CacheLineVector<int8_t> min_rows;
 
   void resize(QuantKind kind, size_t k) {
     const bool super = is_super_kind(kind);
@@ -64,10 +64,10 @@ void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
   // through the AVX-512 kernels, which compute the same bits.
   const size_t panels = m / 16;
   const size_t tile_rows = 16 * panels;
-  thread_local std::vector<int8_t> panel_q;
-  thread_local std::vector<float> panel_d;
-  thread_local std::vector<float> panel_s;
-  thread_local std::vector<int32_t> panel_sums;
+  thread_local CacheLineVector<int8_t> panel_q;
+  thread_local CacheLineVector<float> panel_d;
+  thread_local CacheLineVector<float> panel_s;
+  thread_local CacheLineVector<int32_t> panel_sums;
   panel_q.resize(panels * 16 * k);
   panel_d.resize(panels * 16 * blocks);
   panel_s.resize(x.s != nullptr ? panels * 16 * blocks : 0);
