@@ -6,8 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "caflm/cpu/cache_line_vector.hpp"
 #include "caflm/cpu/cpu_kernels.hpp"
 #include "caflm/cpu/cpu_matmul.hpp"
 #include "caflm/cpu/paged_attention_kernels.hpp"
@@ -242,7 +242,7 @@ void paged_attention_tokens(const PagedKvHead& head, std::uint32_t first_context
   const std::size_t head_dim = head.kv->head_dim();
   const std::uint32_t rows = tokens * group;
   const std::size_t row_floats = std::size_t{group} * head_dim;
-  thread_local std::vector<float> gathered, results;
+  thread_local CacheLineVector<float> gathered, results;
   gathered.resize(rows * head_dim);
   results.resize(rows * head_dim);
   for (std::uint32_t t = 0; t < tokens; ++t)

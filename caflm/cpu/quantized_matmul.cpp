@@ -15,7 +15,6 @@
 #include <string>
 #include <tuple>
 #include <utility>
-#include <vector>
 
 namespace caflm::detail {
 
@@ -153,9 +152,9 @@ void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_byte
                       const float* __restrict__ bias, bool avx512_rows) {
   for_each_column_group(n, kLaneGroupCols, m, k, [&](size_t col0, size_t cols, size_t next_col0) {
     // This thread's interleaved column group, grown once.
-    thread_local std::vector<uint8_t> q_abs;
-    thread_local std::vector<int8_t> q;
-    thread_local std::vector<float> d;
+    thread_local CacheLineVector<uint8_t> q_abs;
+    thread_local CacheLineVector<int8_t> q;
+    thread_local CacheLineVector<float> d;
     q_abs.resize(kLaneGroupCols * k);
     q.resize(kLaneGroupCols * k);
     d.resize(kLaneGroupCols * (k / 32));
@@ -191,11 +190,11 @@ void q8_0_linear_avx2(TensorType type, const uint8_t* w_bytes, size_t w_row_byte
 template <size_t kCols>
 struct DecodedSuperGroup {
   size_t k = 0;
-  std::vector<uint8_t> q;     // [kCols, k]
-  std::vector<int8_t> scales; // [kCols, k / 16]
-  std::vector<int16_t> mins;  // [kCols, k / 16]
-  std::vector<float> d;       // [k / 256, kCols]
-  std::vector<float> dmin;    // [k / 256, kCols]
+  CacheLineVector<uint8_t> q;     // [kCols, k]
+  CacheLineVector<int8_t> scales; // [kCols, k / 16]
+  CacheLineVector<int16_t> mins;  // [kCols, k / 16]
+  CacheLineVector<float> d;       // [k / 256, kCols]
+  CacheLineVector<float> dmin;    // [k / 256, kCols]
 
   void fit(size_t columns_k) {
     k = columns_k;
@@ -233,9 +232,9 @@ struct DecodedSuperGroup {
 // One thread's scratch for a K-quant lane group of k-value columns.
 struct SuperLaneScratch {
   DecodedSuperGroup<kLaneGroupCols> decoded;
-  std::vector<uint8_t> lane_q; // interleaved: InterleavedSuper's arrays
-  std::vector<int16_t> lane_scales;
-  std::vector<int16_t> lane_mins;
+  CacheLineVector<uint8_t> lane_q; // interleaved: InterleavedSuper's arrays
+  CacheLineVector<int16_t> lane_scales;
+  CacheLineVector<int16_t> lane_mins;
 
   void fit(size_t k) {
     if (decoded.k == k)
@@ -255,8 +254,8 @@ void q8_0_linear_avx512(TensorType type, const uint8_t* w_bytes, size_t w_row_by
   for_each_column_group(
       n, kWideLaneGroupCols, m, k, [&](size_t col0, size_t cols, size_t next_col0) {
         // This thread's interleaved column group, grown once.
-        thread_local std::vector<uint8_t> q;
-        thread_local std::vector<float> d;
+        thread_local CacheLineVector<uint8_t> q;
+        thread_local CacheLineVector<float> d;
         q.resize(kWideLaneGroupCols * k);
         d.resize(kWideLaneGroupCols * (k / 32));
         interleave_unsigned(type, w_bytes + col0 * w_row_bytes, w_row_bytes, cols, k, q.data(),
@@ -283,11 +282,11 @@ void q8_0_linear_avx512(TensorType type, const uint8_t* w_bytes, size_t w_row_by
 // columns: InterleavedSuperWideOut's arrays.
 struct WideSuperLaneScratch {
   size_t k = 0;
-  std::vector<uint8_t> q;
-  std::vector<int32_t> scales;
-  std::vector<int16_t> mins;
-  std::vector<float> d;
-  std::vector<float> dmin;
+  CacheLineVector<uint8_t> q;
+  CacheLineVector<int32_t> scales;
+  CacheLineVector<int16_t> mins;
+  CacheLineVector<float> d;
+  CacheLineVector<float> dmin;
 
   void fit(size_t columns_k) {
     if (k == columns_k)
@@ -486,9 +485,9 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
   // Q4_1 and Q5_1: decoded column groups.
   for_each_column_group(n, kGroupCols, m, k, [&](size_t col0, size_t cols, size_t /*next_col0*/) {
     // This thread's unpacked column group, grown once.
-    thread_local std::vector<uint8_t> q;
-    thread_local std::vector<float> d;
-    thread_local std::vector<float> mm;
+    thread_local CacheLineVector<uint8_t> q;
+    thread_local CacheLineVector<float> d;
+    thread_local CacheLineVector<float> mm;
     q.resize(kGroupCols * k);
     d.resize(kGroupCols * (k / 32));
     mm.resize(kGroupCols * (k / 32));
