@@ -341,9 +341,11 @@ TEST_CASE("linear_shared_input gives every weight the bits of its own linear()",
       {TensorType::F16, TensorType::BF16, TensorType::BF16, TensorType::F32}};
   std::mt19937 rng(23);
   constexpr size_t k = 512;
+  // 70 rows: every K kind on the AMX tiles (from 64 rows), the products of
+  // one activation format in one call, and rows after the last panel.
   for (const std::vector<TensorType>& types : groups)
     for (MatmulIsa isa : supported_isas())
-      for (size_t m : {1, 16, 35}) {
+      for (size_t m : {1, 16, 35, 70}) {
         std::vector<TestWeight> weights;
         std::vector<std::vector<float>> biases, shared, alone;
         for (TensorType type : types) {

@@ -458,7 +458,8 @@ void quantized_linear(MatmulIsa isa, const WeightView& w, const QuantizedActivat
 
   // Fewer rows take the AVX-512 kernels, which give the same bits.
   if (isa == MatmulIsa::Amx && m >= amx_min_rows(kind)) {
-    quantized_linear_amx(w, kind, act, rows, m, y, bias);
+    const AmxProduct product{&w, kind, y, bias};
+    quantized_linear_amx(&product, 1, act, rows, m);
     return;
   }
   const auto* w_bytes = static_cast<const uint8_t*>(w.data);
@@ -525,6 +526,31 @@ void quantized_linear_shared(MatmulIsa isa, const QuantizedOutput* outputs, size
     check_quantized_operands(*out.w, *out.x);
     macs += out.x->m() * out.w->rows * out.w->cols;
     amx = amx || (isa == MatmulIsa::Amx && out.x->m() >= amx_min_rows(quant_kind(out.w->type)));
+  }
+  if (amx && count <= kMaxAmxProducts) {
+    // The outputs the tiles take, by the rows they share, each set in one
+    // call (x laid out once, one parallel region); the others alone.
+    bool done[kMaxAmxProducts] = {};
+    for (size_t i = 0; i < count; ++i) {
+      if (done[i])
+        continue;
+      const QuantizedActivations& x = *outputs[i].x;
+      if (x.m() < amx_min_rows(quant_kind(outputs[i].w->type))) {
+        quantized_linear(isa, *outputs[i].w, x, outputs[i].y, outputs[i].bias);
+        continue;
+      }
+      AmxProduct products[kMaxAmxProducts];
+      size_t n_products = 0;
+      for (size_t j = i; j < count; ++j) {
+        const QuantKind kind = quant_kind(outputs[j].w->type);
+        if (done[j] || outputs[j].x != &x || x.m() < amx_min_rows(kind))
+          continue;
+        products[n_products++] = AmxProduct{outputs[j].w, kind, outputs[j].y, outputs[j].bias};
+        done[j] = true;
+      }
+      quantized_linear_amx(products, n_products, x.act(), x.rows(), x.m());
+    }
+    return;
   }
   if (amx || count < 2) {
     for (size_t i = 0; i < count; ++i)

@@ -513,11 +513,25 @@ void pack_panel_amx(const QuantizedRows& x, size_t k, size_t blocks, size_t pane
 /// `blocks` blocks each: d[col * blocks + b].
 void q8_0_scales_amx(const uint8_t* rows, size_t row_bytes, size_t cols, size_t blocks, float* d);
 
-/// quantized_linear's column loop on the AMX kernels, for m >= amx_min_rows(kind): x in
-/// 16-row panels, groups of kAmxGroupCols columns (quantized_matmul_amx.cpp).
-void quantized_linear_amx(const WeightView& w, QuantKind kind, TensorType act,
-                          const QuantizedRows& x, size_t m, float* __restrict__ y,
-                          const float* __restrict__ bias);
+/// One product of quantized_linear_amx: the weight, its kind, y ([m,
+/// w->rows]) and the bias ([w->rows] or null).
+struct AmxProduct {
+  const WeightView* w;
+  QuantKind kind;
+  float* y;
+  const float* bias;
+};
+
+/// Most products one quantized_linear_amx call takes.
+inline constexpr size_t kMaxAmxProducts = 4;
+
+/// quantized_linear's column loop on the AMX kernels for `count` products of
+/// the same m rows of x (quantized to `act`, every product's activation
+/// format), each with m >= amx_min_rows(kind): x in 16-row panels once, the
+/// products' groups of kAmxGroupCols columns in one parallel region
+/// (quantized_matmul_amx.cpp).
+void quantized_linear_amx(const AmxProduct* products, size_t count, TensorType act,
+                          const QuantizedRows& x, size_t m);
 
 /// Below this many multiply-adds a quantized linear runs on the calling
 /// thread.
