@@ -327,10 +327,7 @@ void softmax_f32(float* __restrict__ x, size_t n) {
                                                 _mm256_castsi256_ps(tail_mask(count)));
     lanes_max = _mm256_max_ps(lanes_max, chunk);
   });
-  __m128 max4 = _mm_max_ps(_mm256_castps256_ps128(lanes_max), _mm256_extractf128_ps(lanes_max, 1));
-  max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
-  max4 = _mm_max_ss(max4, _mm_movehdup_ps(max4));
-  const __m256 vmax = _mm256_set1_ps(_mm_cvtss_f32(max4));
+  const __m256 vmax = _mm256_set1_ps(hmax8(lanes_max));
   // Exponentiate in place while summing; lanes past the end must add 0, not
   // exp(0 - max).
   const float sum = sum_chunks(n, [x, vmax](size_t i, size_t count) {

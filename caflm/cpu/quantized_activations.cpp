@@ -4,6 +4,7 @@
 
 #include "caflm/cpu/block_readers.hpp"
 #include "caflm/cpu/cpu_matmul.hpp"
+#include "caflm/cpu/simd_helpers.hpp"
 #include "caflm/gguf/quant_blocks.hpp"
 
 #include <immintrin.h>
@@ -38,13 +39,6 @@ __m256i pack_int8(const __m256i (&q32)[4]) {
                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-float hmax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
 // ggml's quantize_row_q8_0_ref / quantize_row_q8_1_ref on one block of 32:
 // d = max|x| / 127, q = roundf(x * (1 / d)), s = d * sum(q).
 void quantize_block_q8(const float* __restrict__ x, int8_t* __restrict__ q, float* d, float* s,
@@ -56,7 +50,7 @@ void quantize_block_q8(const float* __restrict__ x, int8_t* __restrict__ q, floa
     v[c] = _mm256_loadu_ps(x + 8 * c);
     max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, v[c]));
   }
-  const float amax = hmax(max_abs);
+  const float amax = hmax8(max_abs);
   const float scale = amax / 127.0f;
   const __m256 inverse = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
   __m256i q32[4];
@@ -89,7 +83,7 @@ void quantize_block_q8_k(const float* __restrict__ x, int8_t* __restrict__ q, fl
   for (int c = 0; c < 32; ++c) {
     max_abs = _mm256_max_ps(max_abs, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(x + 8 * c)));
   }
-  const float amax = hmax(max_abs);
+  const float amax = hmax8(max_abs);
   if (amax == 0.0f) { // all zeros (or NaN-only maxima, which ggml leaves undefined)
     *d = 0.0f;
     std::memset(q, 0, 256);

@@ -62,6 +62,14 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+/// The largest of 8 lanes (of non-NaN values: any order gives the same).
+inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
 /// Asks L2 for part `slice` of `slices` equal parts of the next column
 /// group's weight rows (next_bytes from next; see LaneGroupProblem::next).
 /// The kernels spread these over their first rows' blocks: the next group's
