@@ -25,43 +25,41 @@ namespace {
 // Blocks of 32 one pass takes: one lane of the scale vectors each.
 constexpr std::size_t kChunkBlocks = 16;
 
-/// Lane i: the maximum of v[i]'s 16 lanes (of non-negative values).
-__m512 lane_maxima(const __m512 (&v)[kChunkBlocks]) {
-  // Pairs: in each 128-bit lane, elements 0 and 2 of v[2i]'s and 1 and 3 of
-  // v[2i + 1]'s maxima over that lane's halves.
+/// Lane i: v[i]'s 16 lanes combined by `combine` (max or add: any order
+/// gives the same), pairs within 128-bit lanes, then quads, then across the
+/// 128-bit lanes. The shuffles only move bits, so integer lanes go through
+/// as they are.
+template <typename Combine>
+__m512 combine_lanes(const __m512 (&v)[kChunkBlocks], Combine combine) {
+  // Pairs: in each 128-bit lane, elements 0 and 2 from v[2i]'s halves of
+  // that lane, 1 and 3 from v[2i + 1]'s.
   __m512 pairs[8];
   for (int i = 0; i < 8; ++i)
-    pairs[i] = _mm512_max_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  // Quads: in each 128-bit lane L, element c the maximum over L of v[4j + c].
+    pairs[i] = combine(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                       _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  // Quads: in each 128-bit lane L, element c all of L of v[4j + c].
   __m512 quads[4];
   for (int j = 0; j < 4; ++j)
-    quads[j] = _mm512_max_ps(_mm512_shuffle_ps(pairs[2 * j], pairs[2 * j + 1], 0x44),
-                             _mm512_shuffle_ps(pairs[2 * j], pairs[2 * j + 1], 0xEE));
+    quads[j] = combine(_mm512_shuffle_ps(pairs[2 * j], pairs[2 * j + 1], 0x44),
+                       _mm512_shuffle_ps(pairs[2 * j], pairs[2 * j + 1], 0xEE));
   // Then across the four 128-bit lanes: lanes 4j .. 4j + 3 from quads[j].
-  const __m512 q01 = _mm512_max_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x44),
-                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xEE));
-  const __m512 q23 = _mm512_max_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x44),
-                                   _mm512_shuffle_f32x4(quads[2], quads[3], 0xEE));
-  return _mm512_max_ps(_mm512_shuffle_f32x4(q01, q23, 0x88), _mm512_shuffle_f32x4(q01, q23, 0xDD));
+  const __m512 q01 = combine(_mm512_shuffle_f32x4(quads[0], quads[1], 0x44),
+                             _mm512_shuffle_f32x4(quads[0], quads[1], 0xEE));
+  const __m512 q23 = combine(_mm512_shuffle_f32x4(quads[2], quads[3], 0x44),
+                             _mm512_shuffle_f32x4(quads[2], quads[3], 0xEE));
+  return combine(_mm512_shuffle_f32x4(q01, q23, 0x88), _mm512_shuffle_f32x4(q01, q23, 0xDD));
 }
 
-/// Lane i: the sum of v[i]'s 16 lanes (exact: integers).
-__m512i lane_totals(const __m512i (&v)[kChunkBlocks]) {
-  __m512i pairs[8];
-  for (int i = 0; i < 8; ++i)
-    pairs[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-  __m512i quads[4];
-  for (int j = 0; j < 4; ++j)
-    quads[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * j], pairs[2 * j + 1]),
-                                _mm512_unpackhi_epi64(pairs[2 * j], pairs[2 * j + 1]));
-  const __m512i q01 = _mm512_add_epi32(_mm512_shuffle_i32x4(quads[0], quads[1], 0x44),
-                                       _mm512_shuffle_i32x4(quads[0], quads[1], 0xEE));
-  const __m512i q23 = _mm512_add_epi32(_mm512_shuffle_i32x4(quads[2], quads[3], 0x44),
-                                       _mm512_shuffle_i32x4(quads[2], quads[3], 0xEE));
-  return _mm512_add_epi32(_mm512_shuffle_i32x4(q01, q23, 0x88),
-                          _mm512_shuffle_i32x4(q01, q23, 0xDD));
+/// Lane i: the maximum of v[i]'s 16 lanes (of non-negative values).
+__m512 lane_maxima(const __m512 (&v)[kChunkBlocks]) {
+  return combine_lanes(v, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+}
+
+/// Lane i: the sum of the 16 int32 lanes held in v[i] (exact: integers).
+__m512i lane_totals(const __m512 (&v)[kChunkBlocks]) {
+  return _mm512_castps_si512(combine_lanes(v, [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }));
 }
 
 /// roundf() of each lane: to nearest, ties away from zero.
@@ -103,10 +101,10 @@ void quantize_q8_row_avx512(TensorType act_type, const float* __restrict__ x, st
     alignas(64) float inverse[kChunkBlocks];
     _mm512_store_ps(inverse, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0f), scale));
     _mm512_mask_storeu_ps(out.d + b0, valid, through_f16(scale));
-    __m512i quant_sums[kChunkBlocks];
+    __m512 quant_sums[kChunkBlocks]; // int32 lanes
     for (std::size_t i = 0; i < kChunkBlocks; ++i) {
       if (i >= count) {
-        quant_sums[i] = _mm512_setzero_si512();
+        quant_sums[i] = _mm512_setzero_ps();
         continue;
       }
       const __m512 times = _mm512_set1_ps(inverse[i]);
@@ -117,7 +115,7 @@ void quantize_q8_row_avx512(TensorType act_type, const float* __restrict__ x, st
       int8_t* q = out.q + 32 * (b0 + i);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(low));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(high));
-      quant_sums[i] = _mm512_add_epi32(low, high);
+      quant_sums[i] = _mm512_castsi512_ps(_mm512_add_epi32(low, high));
     }
     if (!with_s && !with_sums)
       continue;
