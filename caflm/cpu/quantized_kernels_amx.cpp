@@ -634,21 +634,11 @@ void pack_panel_amx(const QuantizedRows& x, size_t k, size_t blocks, size_t pane
     }
   }
   if (out.sums != nullptr) {
-    // The sums of each block's quants: the quantizer's where it kept them.
+    // The sums of each block's quants, as the quantizer kept them (Q8_0).
     for (size_t b = 0; b < blocks; ++b) {
-      alignas(64) int32_t sums[kLanes];
       for (size_t lane = 0; lane < kLanes; ++lane) {
-        const size_t row = row0 + lane;
-        if (x.bsums != nullptr) {
-          sums[lane] = x.bsums[row * blocks + b];
-          continue;
-        }
-        const int8_t* quants = x.q + row * k + 32 * b;
-        sums[lane] = _mm512_reduce_add_epi32(_mm512_add_epi32(
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants))),
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quants + 16)))));
+        out.sums[at + b * kLanes + lane] = x.bsums[(row0 + lane) * blocks + b];
       }
-      _mm512_storeu_si512(out.sums + at + b * kLanes, _mm512_load_si512(sums));
     }
   }
 }

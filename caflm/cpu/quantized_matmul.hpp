@@ -505,7 +505,9 @@ struct AmxPanelsOut {
 };
 
 /// Lays out the 16 rows of x from 16 * panel in panel `panel` of `out`
-/// (AmxActivations' layout; x's rows of k values and `blocks` scales).
+/// (AmxActivations' layout; x's rows of k values and `blocks` scales, and
+/// where out.sums is not null x.bsums, Q8_0's block sums, which
+/// QuantizedActivations always keeps).
 void pack_panel_amx(const QuantizedRows& x, size_t k, size_t blocks, size_t panel,
                     const AmxPanelsOut& out);
 
