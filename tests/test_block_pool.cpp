@@ -69,3 +69,16 @@ TEST_CASE("a reference count never wraps around") {
   CHECK(overflow.error() == KvError::ReferenceOverflow);
   CHECK(pool.refcount(block) == UINT16_MAX);
 }
+
+TEST_CASE("allocation takes the lowest free block, however blocks were released") {
+  BlockPool pool(8);
+  for (BlockId b = 0; b < 8; ++b)
+    REQUIRE(*pool.allocate() == b);
+  // Released in the order a finished sequence gives them back, then out of
+  // order: a sequence allocated next still gets ascending ids.
+  for (BlockId b : {0u, 1u, 2u, 3u, 6u, 4u, 7u})
+    REQUIRE(pool.release(b));
+  for (BlockId b : {0u, 1u, 2u, 3u, 4u, 6u, 7u})
+    CHECK(*pool.allocate() == b);
+  CHECK(pool.free_count() == 0);
+}

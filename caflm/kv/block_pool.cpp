@@ -1,5 +1,7 @@
 #include "caflm/kv/block_pool.hpp"
 
+#include <algorithm>
+#include <functional>
 #include <limits>
 
 namespace caflm {
@@ -7,9 +9,9 @@ namespace caflm {
 BlockPool::BlockPool(std::uint32_t block_count)
   : refcounts_(block_count, 0) {
   free_list_.reserve(block_count);
-  // Lowest ids come out first, which keeps logs and tests readable.
-  for (std::uint32_t i = block_count; i > 0; --i)
-    free_list_.push_back(i - 1);
+  // Ascending ids are already a min-heap.
+  for (std::uint32_t i = 0; i < block_count; ++i)
+    free_list_.push_back(i);
 }
 
 BlockPool::RefCount BlockPool::refcount(BlockId block) const {
@@ -19,6 +21,7 @@ BlockPool::RefCount BlockPool::refcount(BlockId block) const {
 Expected<BlockId, KvError> BlockPool::allocate() {
   if (free_list_.empty())
     return KvError::Exhausted;
+  std::pop_heap(free_list_.begin(), free_list_.end(), std::greater<>{});
   BlockId block = free_list_.back();
   free_list_.pop_back();
   refcounts_[block] = 1;
@@ -39,8 +42,10 @@ Expected<void, KvError> BlockPool::release(BlockId block) {
     return KvError::InvalidBlock;
   if (refcounts_[block] == 0)
     return KvError::DoubleRelease;
-  if (--refcounts_[block] == 0)
+  if (--refcounts_[block] == 0) {
     free_list_.push_back(block);
+    std::push_heap(free_list_.begin(), free_list_.end(), std::greater<>{});
+  }
   return {};
 }
 

@@ -14,8 +14,13 @@ using BlockId = std::uint32_t;
 /// A fixed number of physical KV blocks, shared by reference count.
 ///
 /// A block is free (count 0) or held by one or more owners: block tables of
-/// running sequences and the prefix cache. Allocation pops a LIFO free list,
-/// so the pool never allocates memory after construction.
+/// running sequences and the prefix cache. Allocation takes the lowest free
+/// id, from a min-heap of free ids reserved at construction, so the pool
+/// never allocates memory afterwards. Lowest first keeps a sequence's blocks
+/// ascending and, where the pool has room, adjacent: each layer's cache of a
+/// run of them is then one rising run of memory, which the hardware
+/// prefetchers stream (a LIFO list hands a sequence the blocks just freed in
+/// reverse order, and after some churn, scattered ones).
 class BlockPool {
  public:
   using RefCount = std::uint16_t;
@@ -40,7 +45,7 @@ class BlockPool {
 
  private:
   std::vector<RefCount> refcounts_; // [block_count]
-  std::vector<BlockId> free_list_;  // capacity block_count; back() is next
+  std::vector<BlockId> free_list_;  // capacity block_count; a min-heap, front() is next
 };
 
 } // namespace caflm
