@@ -322,20 +322,26 @@ BENCHMARK_TEMPLATE(BM_paged_attention, KvCacheType::F16)
 
 // A decode step's attention at many sequences, as CpuModelRunner runs it:
 // 32 sequences of one token, each attending to 160 positions of its own
-// blocks (given together, neighbouring ids) in every layer of a
-// 134M-shaped cache (12 layers, 12 KV heads of 64, blocks of 16; 377 MB of
-// F32, more than any cache holds), the (sequence, KV head) pairs spread
-// over the OpenMP threads. Args: {KV heads per call}: 1 reads one head's
-// part of each block at a time, 12 a whole block, its heads side by side.
+// blocks in every layer of a 134M-shaped cache (12 layers, 12 KV heads of
+// 64, blocks of 16; 377 MB of F32, more than any cache holds), the
+// (sequence, KV head) pairs spread over the OpenMP threads. Args: {KV heads
+// per call, scattered}: 1 head reads one head's part of each block at a
+// time, 12 a whole block, its heads side by side; a sequence's blocks have
+// neighbouring ids, or (scattered) ids anywhere in the cache.
 template <KvCacheType kType>
 void BM_decode_attention(benchmark::State& state) {
   const auto heads_per_call = static_cast<uint32_t>(state.range(0));
+  const bool scattered = state.range(1) != 0;
   constexpr uint32_t kLayers = 12, kKvHeads = 12, kHeadDim = 64, kBlockSize = 16;
   constexpr uint32_t kSequences = 32, kContext = 160, kPages = kContext / kBlockSize;
   KvStorage kv(kType, kLayers, kSequences * kPages, kBlockSize, kKvHeads, kHeadDim);
   const std::vector<float> row = random_vector(kHeadDim, 3);
   std::vector<BlockId> tables(kSequences * kPages);
   std::iota(tables.begin(), tables.end(), BlockId{0});
+  // Each sequence's blocks one ascending run (a fresh pool), or anywhere (a
+  // pool after much churn).
+  if (scattered)
+    std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
   for (uint32_t layer = 0; layer < kLayers; ++layer)
     for (uint32_t b = 0; b < kSequences * kPages; ++b)
       for (uint32_t h = 0; h < kKvHeads; ++h)
@@ -368,14 +374,16 @@ void BM_decode_attention(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK_TEMPLATE(BM_decode_attention, KvCacheType::F32)
-    ->Arg(1)
-    ->Arg(12)
-    ->ArgName("heads_per_call")
+    ->Args({1, 0})
+    ->Args({12, 0})
+    ->Args({12, 1})
+    ->ArgNames({"heads_per_call", "scattered"})
     ->UseRealTime();
 BENCHMARK_TEMPLATE(BM_decode_attention, KvCacheType::F16)
-    ->Arg(1)
-    ->Arg(12)
-    ->ArgName("heads_per_call")
+    ->Args({1, 0})
+    ->Args({12, 0})
+    ->Args({12, 1})
+    ->ArgNames({"heads_per_call", "scattered"})
     ->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -63,8 +63,11 @@ template <typename BlockAt>
 inline void prefetch_ahead(BlockAt block_at, std::size_t page, std::size_t pages,
                            std::size_t block_bytes) {
   const std::size_t first = page == 0 ? 1 : page + kPrefetchBlocks;
-  for (std::size_t next = first; next <= page + kPrefetchBlocks && next < pages; ++next)
-    prefetch_bytes(block_at(next), block_bytes);
+  for (std::size_t next = first; next <= page + kPrefetchBlocks && next < pages; ++next) {
+    const auto* at = reinterpret_cast<const char*>(block_at(next));
+    if (at != reinterpret_cast<const char*>(block_at(next - 1)) + block_bytes)
+      prefetch_bytes(at, block_bytes);
+  }
 }
 
 /// Cache elements stored as IEEE half.
