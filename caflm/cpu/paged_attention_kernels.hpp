@@ -38,13 +38,13 @@ void weighted_values_avx512(const PagedKvHead& head, std::uint32_t heads,
 namespace caflm {
 namespace {
 
-/// Asks for the `bytes` from `p` on in L2 ahead of their use: a sequence's
-/// blocks lie anywhere in the cache, so the hardware prefetchers, which
-/// follow one stream, stall at each block boundary. L2, not L1: two F32
-/// blocks are 128 lines, more misses than L1 keeps outstanding, and the
-/// demand loads of the block in use then wait behind them (measured on a
-/// 2-core Zen 4, 32 sequences' decode attention over 160 positions: 18 GB/s
-/// with L1 as the target, 25 with L2).
+/// Asks for the `bytes` from `p` on in L2 ahead of their use: where a
+/// sequence's next block lies elsewhere in the cache, the hardware
+/// prefetchers, which follow one stream, stall at the boundary. L2, not
+/// L1: two F32 blocks are 128 lines, more misses than L1 keeps outstanding,
+/// and the demand loads of the block in use then wait behind them (measured
+/// on a 2-core Zen 4, 32 sequences' decode attention over 160 positions: 18
+/// GB/s with L1 as the target, 25 with L2).
 inline void prefetch_bytes(const void* p, std::size_t bytes) {
   const char* at = static_cast<const char*>(p);
   for (std::size_t line = 0; line < bytes; line += 64)
@@ -57,7 +57,11 @@ inline void prefetch_bytes(const void* p, std::size_t bytes) {
 constexpr std::size_t kPrefetchBlocks = 2;
 
 /// Prefetches for a walk over `pages` blocks now at block `page` the block
-/// kPrefetchBlocks on (at page 0, every block up to it). `block_at(i)`: the
+/// kPrefetchBlocks on (at page 0, every block up to it), unless it starts
+/// where the block before it ends: the hardware prefetchers stream a rising
+/// run of adjacent blocks (BlockPool hands them out lowest first), and
+/// asking for it again on top slowed them (Zen 5, BM_decode_attention over
+/// adjacent blocks: F16 26-27 GB/s with, 31-36 without). `block_at(i)`: the
 /// first byte of block i.
 template <typename BlockAt>
 inline void prefetch_ahead(BlockAt block_at, std::size_t page, std::size_t pages,
