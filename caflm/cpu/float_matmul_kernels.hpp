@@ -327,10 +327,12 @@ inline void float_block_row(const detail::FloatProblem& p, std::size_t row0, std
 // Runs Kernel over the columns [col_begin, col_end) of the rows [row_begin,
 // row_end) (a multiple of 4 apart): NR columns at a time (single columns at
 // a ragged edge), each sweeping all those rows in groups of 4. In the first
-// chunk of rows, each group fetches its slice of the next block's weights:
-// one line per step along K, so that the first groups have fetched it all
-// before the block starts, or as many more per step as it takes for fewer
-// groups to fetch it all (with one line per step, 8 rows fetched a third).
+// chunk of rows, each group fetches an equal slice of the next block's
+// weights, spread over its steps along K (as many lines per step as that
+// takes; with one line per step, 8 rows fetched a third). Spread over every
+// group rather than fetched by the first ones at one line per step, the
+// requests overlap less with one another: the matrices of a 134M model's
+// decode step at 32 rows, all from memory, ran 2-6% faster on Zen 5.
 template <typename Kernel, int NR>
 inline void float_block_column(const detail::FloatProblem& p, std::size_t row_begin,
                                std::size_t row_end, std::size_t col_begin, std::size_t col_end,
@@ -338,7 +340,7 @@ inline void float_block_column(const detail::FloatProblem& p, std::size_t row_be
   const std::size_t steps = std::max<std::size_t>(p.k / Kernel::kLanes, 1);
   const std::size_t groups = (row_end - row_begin) / 4;
   const std::size_t block_lines = (NR * p.w_row_bytes + 63) / 64;
-  const std::size_t slice_lines = std::max(steps, (block_lines + groups - 1) / groups);
+  const std::size_t slice_lines = (block_lines + groups - 1) / groups;
   const std::size_t slice_bytes = 64 * slice_lines;
   const std::size_t lines_per_step = (slice_lines + steps - 1) / steps;
   std::size_t col = col_begin;
