@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/allocator/allocator.hpp"
 #include "apps/commands.hpp"
 #include "apps/options.hpp"
 #include "apps/progress_line.hpp"
@@ -306,6 +307,7 @@ void run_bench(const BenchOptions& options) {
   report["kv_cache_type"] = to_string(kv_cache_type);
   report["file_bytes"] = file_bytes;
   report["resident_bytes_after_load"] = resident_after_load;
+  report["allocator"] = allocator_in_use();
   report["read_bandwidth_gb_s"] = bandwidth > 0.0 ? nlohmann::json(bandwidth / 1e9) : nullptr;
   report["weight_bytes_per_decode_step"] = cost.weight_bytes_per_step;
   if (!options.json) {
@@ -314,9 +316,9 @@ void run_bench(const BenchOptions& options) {
     std::printf("# %s on %s", options.model.c_str(), to_string(resolved.device));
     if (resolved.device == Device::Cpu)
       std::printf(" (%s kernels)", to_string(default_matmul_isa()));
-    std::printf(", %d threads, %s KV cache: file %s, resident after load and warm-up %s",
-                omp_get_max_threads(), to_string(kv_cache_type), human_bytes(file_bytes).c_str(),
-                human_bytes(resident_after_load).c_str());
+    std::printf(", %d threads, %s KV cache, %s: file %s, resident after load and warm-up %s",
+                omp_get_max_threads(), to_string(kv_cache_type), allocator_in_use().c_str(),
+                human_bytes(file_bytes).c_str(), human_bytes(resident_after_load).c_str());
     if (bandwidth > 0.0)
       std::printf(", read bandwidth %.1f GB/s", bandwidth / 1e9);
     std::printf("\n%6s %14s %14s %14s %14s %10s %12s %12s\n", "B", "prefill tok/s", "decode tok/s",

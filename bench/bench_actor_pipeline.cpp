@@ -46,6 +46,7 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "apps/allocator/allocator.hpp"
 #include "bench/null_backend.hpp"
 #include "caflm/actors/dp_coordinator_actor.hpp"
 #include "caflm/actors/engine_core_actor.hpp"
@@ -732,12 +733,14 @@ int run_benchmarks(const Options& options) {
   const std::size_t vocab = make_tokenizer()->vocabulary().size();
   std::printf("actor pipeline over a null backend: %u concurrent requests, %u per run, "
               "max_tokens %u (ignore_eos, greedy), logits rows of %zu, %u runs each; "
-              "token flush interval %u us; %u hardware threads; CAF scheduler threads %s\n",
+              "token flush interval %u us; %u hardware threads; CAF scheduler threads %s; "
+              "allocator %s\n",
               options.concurrency, options.requests, options.max_tokens,
               std::max<std::size_t>(vocab, options.logits_width), options.repeat, options.flush_us,
               std::thread::hardware_concurrency(),
               options.scheduler_threads ? std::to_string(options.scheduler_threads).c_str()
-                                        : "default");
+                                        : "default",
+              apps::allocator_in_use().c_str());
   struct Scenario {
     std::string name;
     std::vector<RunResult> runs;

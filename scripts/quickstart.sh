@@ -11,7 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libcaf-dev catch2 libfmt-dev nlohmann-json3-dev libcpp-httplib-dev libboost-dev zlib1g-dev
   libopenblas-dev libcli11-dev libxxhash-dev libbenchmark-dev python3 unicode-data
-  libssl-dev openssl curl
+  libssl-dev openssl curl libjemalloc-dev
 )
 
 install_missing_packages() {

@@ -39,7 +39,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DCAFLM_ENABLE_CUDA=OFF -DCAFLM_BUILD_BENCHMARKS=OFF -DCAFLM_WERROR=OFF
+  -DCAFLM_ENABLE_CUDA=OFF -DCAFLM_BUILD_BENCHMARKS=OFF -DCAFLM_WERROR=OFF -DCAFLM_USE_JEMALLOC=OFF
 # shellcheck source=support/build_tests.sh
 source "$root/scripts/support/build_tests.sh"
 build_tests "$build" "$jobs" "$tests"

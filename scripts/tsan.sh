@@ -107,7 +107,7 @@ cmake -S "$root" -B "$work/caflm-build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebIn
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_PREFIX_PATH="$caf_prefix" \
   -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
   -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread \
-  -DCAFLM_ENABLE_CUDA=OFF -DCAFLM_BUILD_BENCHMARKS=OFF >/dev/null
+  -DCAFLM_ENABLE_CUDA=OFF -DCAFLM_BUILD_BENCHMARKS=OFF -DCAFLM_USE_JEMALLOC=OFF >/dev/null
 grep -q "CAF_CORE_LIBRARY:FILEPATH=$caf_prefix/" "$work/caflm-build/CMakeCache.txt" ||
   { echo "tsan.sh: caflm's build did not pick up the instrumented CAF in $caf_prefix" >&2; exit 1; }
 # shellcheck source=support/build_tests.sh

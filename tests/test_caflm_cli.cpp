@@ -299,6 +299,13 @@ TEST_CASE("bench --json reports the machine and a result per batch size") {
   CHECK((kernels == "avx2" || kernels == "avx512" || kernels == "amx"));
   CHECK(out["weight_bytes_per_decode_step"].get<double>() > 0.0);
   CHECK(out["weight_bytes_per_decode_step"].get<double>() < double(fs::file_size(model)));
+  // A build that found jemalloc links it into caflm, and it, not glibc's
+  // malloc, serves the program's allocations (apps/allocator/).
+  const std::string allocator = out["allocator"].get<std::string>();
+  if (CAFLM_HAVE_JEMALLOC)
+    CHECK(allocator.rfind("jemalloc ", 0) == 0);
+  else
+    CHECK(allocator == "system malloc");
   const auto& results = out["results"];
   REQUIRE(results.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) {
