@@ -108,8 +108,12 @@ double decode_bytes_per_second(const ModelCost& cost, const BenchOptions& option
   return tok_s / concurrency * step_bytes;
 }
 
-/// The process's resident set (VmRSS), or 0 when /proc cannot tell.
+/// The process's resident set (VmRSS), or 0 when /proc cannot tell, once
+/// the allocator has handed back the pages of what was freed
+/// (release_free_memory): what the process holds, not what jemalloc keeps
+/// for reuse for a few seconds.
 std::uint64_t resident_bytes() {
+  release_free_memory();
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line))

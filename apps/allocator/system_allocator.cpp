@@ -3,7 +3,13 @@
 
 #include "apps/allocator/allocator.hpp"
 
+#include <malloc.h>
+
 namespace caflm::apps {
+
+void release_free_memory() {
+  malloc_trim(0);
+}
 
 std::string allocator_in_use() {
   return "system malloc";
