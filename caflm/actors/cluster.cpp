@@ -241,14 +241,16 @@ std::vector<std::string> Cluster::await_workers(std::chrono::milliseconds timeou
 }
 
 void Cluster::shutdown() {
+  // The coordinator first: its exit message then comes before any engine's
+  // down message in its mailbox, and it does not warn of engines lost.
+  if (coordinator_)
+    caf::anon_send_exit(coordinator_, caf::exit_reason::user_shutdown);
+  coordinator_ = dp_coordinator_actor{};
   for (auto& engine : engines_)
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
   engines_.clear();
   engine_names_.clear();
   remotes_.clear();
-  if (coordinator_)
-    caf::anon_send_exit(coordinator_, caf::exit_reason::user_shutdown);
-  coordinator_ = dp_coordinator_actor{};
 }
 
 } // namespace caflm
