@@ -82,3 +82,44 @@ TEST_CASE("allocation takes the lowest free block, however blocks were released"
     CHECK(*pool.allocate() == b);
   CHECK(pool.free_count() == 0);
 }
+
+TEST_CASE("the pool counts the blocks only the prefix cache holds as references come and go") {
+  BlockPool pool(4);
+  const BlockId a = *pool.allocate();
+  const BlockId b = *pool.allocate();
+  CHECK(pool.cached_only_count() == 0);
+  // The cache takes its reference beside the sequence's: held by two.
+  REQUIRE(pool.retain(a));
+  pool.set_cached(a, true);
+  pool.set_cached(a, true); // marking twice counts once
+  CHECK(pool.cached_only_count() == 0);
+  // The sequence lets go: only the cache holds it.
+  REQUIRE(pool.release(a));
+  CHECK(pool.cached_only_count() == 1);
+  // A later sequence finds it in the cache.
+  REQUIRE(pool.retain(a));
+  CHECK(pool.cached_only_count() == 0);
+  REQUIRE(pool.release(a));
+  CHECK(pool.cached_only_count() == 1);
+  // Cached while only the cache holds it (b's sequence let go first).
+  pool.set_cached(b, true);
+  CHECK(pool.cached_only_count() == 2);
+  // Evicted: the cache unmarks, then drops its reference.
+  pool.set_cached(a, false);
+  CHECK(pool.cached_only_count() == 1);
+  REQUIRE(pool.release(a));
+  CHECK(pool.cached_only_count() == 1);
+  // A reference dropped without unmarking still leaves the count right,
+  // and the block comes back unmarked.
+  REQUIRE(pool.release(b));
+  CHECK(pool.cached_only_count() == 0);
+  const BlockId again = *pool.allocate();
+  CHECK(pool.cached_only_count() == 0);
+  REQUIRE(pool.retain(again));
+  REQUIRE(pool.release(again));
+  CHECK(pool.cached_only_count() == 0);
+  // Free and out-of-range blocks are ignored.
+  pool.set_cached(3, true);
+  pool.set_cached(99, true);
+  CHECK(pool.cached_only_count() == 0);
+}

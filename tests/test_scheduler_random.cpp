@@ -62,7 +62,8 @@ class ShadowKvBackend : public RaggedBackend {
   std::vector<TokenId> cells_; // [blocks, block_size]
 };
 
-/// Every block's count equals its holders: block tables and the cache.
+/// Every block's count equals its holders: block tables and the cache; and
+/// the pool's count of blocks only the cache holds is right.
 void check_refcounts(const RequestTable& table, const PrefixCache& cache, const BlockPool& pool) {
   std::vector<unsigned> expected(pool.block_count(), 0);
   for (std::uint32_t slot = 0; slot < table.capacity(); ++slot) {
@@ -70,15 +71,23 @@ void check_refcounts(const RequestTable& table, const PrefixCache& cache, const 
     for (std::uint32_t p = 0; p < blocks.page_count(); ++p)
       ++expected[blocks[p]];
   }
-  cache.for_each_block([&](BlockId b) { ++expected[b]; });
+  std::vector<bool> cached(pool.block_count(), false);
+  cache.for_each_block([&](BlockId b) {
+    ++expected[b];
+    cached[b] = true;
+  });
   std::uint32_t free = 0;
+  std::uint32_t cached_only = 0;
   bool all_match = true;
   for (BlockId b = 0; b < pool.block_count(); ++b) {
     all_match = all_match && pool.refcount(b) == expected[b];
     free += expected[b] == 0;
+    cached_only += cached[b] && expected[b] == 1;
   }
   REQUIRE(all_match);
   REQUIRE(pool.free_count() == free);
+  // What load reports keep count of rather than walk the cache for.
+  REQUIRE(pool.cached_only_count() == cached_only);
 }
 
 /// The shape of one soak: its RNG seed and the prompts it admits.

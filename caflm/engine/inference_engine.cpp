@@ -249,8 +249,7 @@ LoadReport InferenceEngine::load() const {
   load.waiting = table_.active_count() - table_.running_count() + followers_;
   load.free_blocks = pool_.free_count();
   load.total_blocks = pool_.block_count();
-  cache_.for_each_block(
-      [&](BlockId block) { load.cached_blocks += pool_.refcount(block) == 1 ? 1 : 0; });
+  load.cached_blocks = pool_.cached_only_count();
   std::uint64_t looked_up = cache_.hits() + cache_.misses();
   load.prefix_hit_rate = looked_up == 0 ? 0.0 : double(cache_.hits()) / double(looked_up);
   load.score = load_score(load.running, load.waiting);

@@ -7,7 +7,8 @@
 namespace caflm {
 
 BlockPool::BlockPool(std::uint32_t block_count)
-  : refcounts_(block_count, 0) {
+  : refcounts_(block_count, 0)
+  , cached_(block_count, 0) {
   free_list_.reserve(block_count);
   // Ascending ids are already a min-heap.
   for (std::uint32_t i = 0; i < block_count; ++i)
@@ -33,6 +34,8 @@ Expected<void, KvError> BlockPool::retain(BlockId block) {
     return KvError::InvalidBlock;
   if (refcounts_[block] == std::numeric_limits<RefCount>::max())
     return KvError::ReferenceOverflow;
+  if (cached_[block] != 0 && refcounts_[block] == 1)
+    --cached_only_;
   ++refcounts_[block];
   return {};
 }
@@ -42,11 +45,31 @@ Expected<void, KvError> BlockPool::release(BlockId block) {
     return KvError::InvalidBlock;
   if (refcounts_[block] == 0)
     return KvError::DoubleRelease;
-  if (--refcounts_[block] == 0) {
+  const RefCount left = --refcounts_[block];
+  if (cached_[block] != 0 && left == 1)
+    ++cached_only_;
+  if (left == 0) {
+    // The cache's own reference, dropped without set_cached(block, false).
+    if (cached_[block] != 0) {
+      cached_[block] = 0;
+      --cached_only_;
+    }
     free_list_.push_back(block);
     std::push_heap(free_list_.begin(), free_list_.end(), std::greater<>{});
   }
   return {};
+}
+
+void BlockPool::set_cached(BlockId block, bool cached) {
+  if (block >= refcounts_.size() || refcounts_[block] == 0 || (cached_[block] != 0) == cached)
+    return;
+  cached_[block] = cached ? 1 : 0;
+  if (refcounts_[block] == 1) {
+    if (cached)
+      ++cached_only_;
+    else
+      --cached_only_;
+  }
 }
 
 } // namespace caflm

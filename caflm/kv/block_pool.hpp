@@ -43,9 +43,22 @@ class BlockPool {
   /// Drops one reference; the block returns to the free list at zero.
   Expected<void, KvError> release(BlockId block);
 
+  /// Marks whether the prefix cache holds one of `block`'s references: set
+  /// as it takes its reference, cleared before it drops it. Ignored for a
+  /// free or out-of-range block.
+  void set_cached(BlockId block, bool cached);
+
+  /// Blocks whose only reference is the prefix cache's (what it could evict
+  /// now), kept as references come and go: a load report every step then
+  /// costs nothing, where walking the cache cost a step time in proportion
+  /// to its size.
+  std::uint32_t cached_only_count() const { return cached_only_; }
+
  private:
-  std::vector<RefCount> refcounts_; // [block_count]
-  std::vector<BlockId> free_list_;  // capacity block_count; a min-heap, front() is next
+  std::vector<RefCount> refcounts_;  // [block_count]
+  std::vector<BlockId> free_list_;   // capacity block_count; a min-heap, front() is next
+  std::vector<std::uint8_t> cached_; // [block_count] 1 where the prefix cache holds a reference
+  std::uint32_t cached_only_ = 0;    // blocks cached with a reference count of 1
 };
 
 } // namespace caflm

@@ -107,6 +107,7 @@ std::uint32_t PrefixCache::publish(const TokenId* tokens, std::size_t count, con
       }
       if (!pool.retain(blocks[b]))
         break;
+      pool.set_cached(blocks[b], true);
       index = free_entries_.back();
       free_entries_.pop_back();
       Entry& entry = entries_[index];
@@ -153,6 +154,7 @@ void PrefixCache::remove(std::uint32_t index, BlockPool& pool) {
   Entry& entry = entries_[index];
   map_erase(index);
   lru_unlink(index);
+  pool.set_cached(entry.block, false);
   (void)pool.release(entry.block);
   entry.used = false;
   // Children of this entry now name a stale generation, so no lookup can
