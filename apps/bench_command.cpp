@@ -311,7 +311,8 @@ void run_bench(const BenchOptions& options) {
   report["kv_cache_type"] = to_string(kv_cache_type);
   report["file_bytes"] = file_bytes;
   report["resident_bytes_after_load"] = resident_after_load;
-  report["allocator"] = allocator_in_use();
+  const std::string allocator = allocator_in_use();
+  report["allocator"] = allocator;
   report["read_bandwidth_gb_s"] = bandwidth > 0.0 ? nlohmann::json(bandwidth / 1e9) : nullptr;
   report["weight_bytes_per_decode_step"] = cost.weight_bytes_per_step;
   if (!options.json) {
@@ -321,7 +322,7 @@ void run_bench(const BenchOptions& options) {
     if (resolved.device == Device::Cpu)
       std::printf(" (%s kernels)", to_string(default_matmul_isa()));
     std::printf(", %d threads, %s KV cache, %s: file %s, resident after load and warm-up %s",
-                omp_get_max_threads(), to_string(kv_cache_type), allocator_in_use().c_str(),
+                omp_get_max_threads(), to_string(kv_cache_type), allocator.c_str(),
                 human_bytes(file_bytes).c_str(), human_bytes(resident_after_load).c_str());
     if (bandwidth > 0.0)
       std::printf(", read bandwidth %.1f GB/s", bandwidth / 1e9);

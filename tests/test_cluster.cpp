@@ -317,6 +317,11 @@ TEST_CASE("a cluster's orderly shutdown reports no lost engine") {
   auto model = small_model();
   std::mutex mutex;
   std::vector<std::string> warnings;
+  // The sink refers to the locals above: it must go before they do, also
+  // when a Cluster throws out of the loop below.
+  struct SinkGuard {
+    ~SinkGuard() { set_log_sink({}); }
+  } sink_guard;
   set_log_sink([&](LogLevel level, std::string_view message) {
     if (level < LogLevel::Warning)
       return;
@@ -337,7 +342,6 @@ TEST_CASE("a cluster's orderly shutdown reports no lost engine") {
     }
     sys.await_all_actors_done();
   }
-  set_log_sink({});
   std::lock_guard<std::mutex> lock(mutex);
   const auto lost = std::count_if(warnings.begin(), warnings.end(), [](const std::string& w) {
     return w.find("lost an engine") != std::string::npos;
