@@ -372,6 +372,33 @@ TEST_CASE("usage on the last event counts prompt, completion and cached prompt t
   CHECK(totals.cached_blocks == totals.total_blocks - totals.free_blocks);
 }
 
+TEST_CASE("KV occupancy counts a request's blocks as allocated, the prefix cache's apart") {
+  auto model = small_random_model();
+  const EngineConfig config = small_config();
+  REQUIRE(config.prefix_caching);
+  const std::uint64_t block = config.scheduler.block_size;
+  std::mt19937 rng(9);
+  auto engine = make_cpu_engine(model, config);
+  REQUIRE_FALSE(
+      engine->add(make_request(1, random_tokens(rng, 37, model->config().vocab_size), greedy(6))));
+  KvOccupancy running;
+  while (running.used_slots < 37) { // the prompt, in chunks
+    REQUIRE(engine->has_work());
+    engine->step();
+    running = engine->kv_occupancy();
+    CHECK(running.allocated_slots == (running.used_slots + block - 1) / block * block);
+  }
+  CHECK(running.cached_slots == 0); // its full blocks are the request's too
+  run_until_idle(*engine);
+  // Finished: the cache keeps its full blocks, which the next request that
+  // needs room takes back, so none of them is allocated or wasted.
+  const KvOccupancy idle = engine->kv_occupancy();
+  CHECK(idle.allocated_slots == 0);
+  CHECK(idle.used_slots == 0);
+  CHECK(idle.cached_slots == std::uint64_t{engine->load().cached_blocks} * block);
+  CHECK(idle.cached_slots > 0);
+}
+
 TEST_CASE("add refuses bad requests and keeps serving") {
   auto model = small_random_model();
   const EngineConfig config = small_config();

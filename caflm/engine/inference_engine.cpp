@@ -264,8 +264,11 @@ LoadReport InferenceEngine::load() const {
 
 KvOccupancy InferenceEngine::kv_occupancy() const {
   KvOccupancy occupancy;
+  const std::uint64_t block_size = config_.scheduler.block_size;
+  const std::uint32_t cached_only = pool_.cached_only_count();
   occupancy.allocated_slots =
-      std::uint64_t{pool_.block_count() - pool_.free_count()} * config_.scheduler.block_size;
+      std::uint64_t{pool_.block_count() - pool_.free_count() - cached_only} * block_size;
+  occupancy.cached_slots = std::uint64_t{cached_only} * block_size;
   for (std::uint32_t slot = 0; slot < table_.capacity(); ++slot) {
     const RequestView view = table_.view(slot);
     if (view.state != RequestState::Empty && view.running)

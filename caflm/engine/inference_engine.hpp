@@ -156,12 +156,15 @@ struct LoadReport {
   std::uint64_t computed_tokens = 0;
 };
 
-/// The KV cache's token slots at one moment: those of the blocks in use,
-/// and those holding a computed token (a block shared by several requests
-/// counts its tokens for each, so compare without prefix sharing).
+/// The KV cache's token slots at one moment: those of the blocks requests
+/// hold, those holding a computed token (a block shared by several requests
+/// counts its tokens for each, so compare without prefix sharing), and those
+/// of the blocks only the prefix cache holds, which it gives up whenever a
+/// request needs room (free space that may still be hit, as vLLM counts it).
 struct KvOccupancy {
   std::uint64_t allocated_slots = 0;
   std::uint64_t used_slots = 0;
+  std::uint64_t cached_slots = 0;
 };
 
 /// How loaded an engine is for routing: a waiting request counts four
