@@ -7,6 +7,7 @@
 #include <caf/atom.hpp>
 
 #include "caflm/actors/node_tls.hpp"
+#include "caflm/actors/scheduler_threads.hpp"
 #include "caflm/messages/type_registry.hpp"
 
 namespace caflm::apps {
@@ -15,6 +16,7 @@ caf::actor_system_config& configure(caf::actor_system_config& config) {
   add_message_types(config);
   config.set("logger.file-verbosity", caf::atom("quiet"));
   config.set("logger.console-verbosity", caf::atom("quiet"));
+  use_scheduler_thread_per_core(config);
   return config;
 }
 

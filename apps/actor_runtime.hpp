@@ -11,7 +11,8 @@
 namespace caflm::apps {
 
 /// The actor system config every caflm process uses: message types
-/// registered, middleman loaded, no log files.
+/// registered, middleman loaded, no log files, one scheduler thread per core
+/// (use_scheduler_thread_per_core).
 caf::actor_system_config& configure(caf::actor_system_config& config);
 
 /// Runs `command` in a new actor system, then ends the process, output

@@ -52,6 +52,7 @@
 #include "caflm/actors/engine_core_actor.hpp"
 #include "caflm/actors/remote_engine_core_actor.hpp"
 #include "caflm/actors/request_actor.hpp"
+#include "caflm/actors/scheduler_threads.hpp"
 #include "caflm/engine/inference_engine.hpp"
 #include "caflm/messages/interfaces.hpp"
 #include "caflm/messages/type_registry.hpp"
@@ -142,8 +143,11 @@ caf::actor_system_config& configure(caf::actor_system_config& config, const Opti
   add_message_types(config);
   config.set("logger.file-verbosity", caf::atom("quiet"));
   config.set("logger.console-verbosity", caf::atom("quiet"));
+  // As caflm's programs run it (apps/actor_runtime.cpp), unless told.
   if (options.scheduler_threads > 0)
     config.set("scheduler.max-threads", std::size_t{options.scheduler_threads});
+  else
+    use_scheduler_thread_per_core(config);
   return config;
 }
 
@@ -738,8 +742,9 @@ int run_benchmarks(const Options& options) {
               options.concurrency, options.requests, options.max_tokens,
               std::max<std::size_t>(vocab, options.logits_width), options.repeat, options.flush_us,
               std::thread::hardware_concurrency(),
-              options.scheduler_threads ? std::to_string(options.scheduler_threads).c_str()
-                                        : "default",
+              std::to_string(options.scheduler_threads ? options.scheduler_threads
+                                                       : scheduler_threads_per_core())
+                  .c_str(),
               apps::allocator_in_use().c_str());
   struct Scenario {
     std::string name;
@@ -791,7 +796,7 @@ int main(int argc, char** argv) {
                  "Logits row width of the null backend (0: the tokenizer's vocabulary)")
       ->capture_default_str();
   app.add_option("--scheduler-threads", options.scheduler_threads,
-                 "CAF scheduler threads (0: CAF's default)")
+                 "CAF scheduler threads (0: one per core, as caflm's programs)")
       ->capture_default_str();
   app.add_option("--flush-us", options.flush_us,
                  "Engines' token flush interval in microseconds (0: one message per step)")

@@ -31,6 +31,7 @@ target_compile_definitions(test_multiprocess PRIVATE CAFLM_BINARY="$<TARGET_FILE
 add_dependencies(test_multiprocess caflm)
 caflm_add_test(test_coordinator caflm_actors)
 caflm_add_test(test_cluster caflm_actors)
+caflm_add_test(test_scheduler_threads caflm_actors)
 
 # Scripts: the layer rules of DESIGN.md, and the installed package as a
 # consumer project sees it.
