@@ -38,13 +38,16 @@ __m512 load16(const float* p) {
 /// Scores of 16 positions of one block, from column `first` of its
 /// transposed keys `keys_t` ([head_dim, block_size]), for `kGroup` query
 /// heads at once: each vector of keys is converted once and meets every
-/// head's query. Stores the first `count` of each head's 16.
+/// head's query. Stores the first `count` of each head's 16. With kOwnKeys,
+/// query head g reads the keys `keys_apart` elements on from keys_t instead
+/// (the g-th KV head of the block: one query head per KV head, several KV
+/// heads' chains of fmas in flight).
 /// - queries: [kGroup, head_dim]; scores: kGroup rows `score_stride` apart
-template <typename E, int kGroup>
+template <typename E, int kGroup, bool kOwnKeys = false>
 void score_chunk(const typename E::T* __restrict__ keys_t, std::size_t block_size,
                  std::size_t first, const float* __restrict__ queries, std::size_t head_dim,
                  float scale, float* __restrict__ scores, std::size_t score_stride,
-                 std::size_t count) {
+                 std::size_t count, std::size_t keys_apart = 0) {
   __m512 acc[kGroup][4];
 #pragma GCC unroll 16
   for (int g = 0; g < kGroup; ++g)
@@ -59,7 +62,9 @@ void score_chunk(const typename E::T* __restrict__ keys_t, std::size_t block_siz
       const __m512 k = load16(column + (d + j) * block_size);
 #pragma GCC unroll 4
       for (int g = 0; g < kGroup; ++g)
-        acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(queries[g * head_dim + d + j]), k, acc[g][j]);
+        acc[g][j] = _mm512_fmadd_ps(
+            _mm512_set1_ps(queries[g * head_dim + d + j]),
+            kOwnKeys ? load16(column + g * keys_apart + (d + j) * block_size) : k, acc[g][j]);
     }
     // The last head_dim % 4 dimensions: accumulators 0, 1, 2 in turn.
 #pragma GCC unroll 3
@@ -68,7 +73,9 @@ void score_chunk(const typename E::T* __restrict__ keys_t, std::size_t block_siz
       const __m512 k = load16(column + (d + j) * block_size);
 #pragma GCC unroll 4
       for (int g = 0; g < kGroup; ++g)
-        acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(queries[g * head_dim + d + j]), k, acc[g][j]);
+        acc[g][j] = _mm512_fmadd_ps(
+            _mm512_set1_ps(queries[g * head_dim + d + j]),
+            kOwnKeys ? load16(column + g * keys_apart + (d + j) * block_size) : k, acc[g][j]);
     }
   const __m512 vscale = _mm512_set1_ps(scale);
   const auto lanes = static_cast<__mmask16>((1u << std::min<std::size_t>(16, count)) - 1u);
@@ -83,12 +90,14 @@ void score_chunk(const typename E::T* __restrict__ keys_t, std::size_t block_siz
 /// out[g][d0, d0 + 16 * kVectors) += the weighted value rows of cells
 /// [first_cell, end_cell) of one block for `kGroup` query rows, one fma per
 /// cell in cell order; each value row is converted once for all of them.
+/// With kOwnValues, row g reads the value rows `rows_apart` elements on from
+/// `rows` instead (the g-th KV head of the block, as in score_chunk).
 /// - probs: kGroup rows `prob_stride` apart; out: [kGroup, head_dim]
-template <typename E, int kGroup, int kVectors>
+template <typename E, int kGroup, int kVectors, bool kOwnValues = false>
 void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_dim,
                        std::size_t first_cell, std::size_t end_cell,
                        const float* __restrict__ probs, std::size_t prob_stride, std::size_t d0,
-                       float* __restrict__ out) {
+                       float* __restrict__ out, std::size_t rows_apart = 0) {
   __m512 acc[kGroup][kVectors];
 #pragma GCC unroll 4
   for (int g = 0; g < kGroup; ++g)
@@ -98,15 +107,17 @@ void add_weighted_rows(const typename E::T* __restrict__ rows, std::size_t head_
   for (std::size_t cell = first_cell; cell < end_cell; ++cell) {
     const typename E::T* row = rows + cell * head_dim + d0;
     __m512 value[kVectors];
+    if constexpr (!kOwnValues)
 #pragma GCC unroll 4
-    for (int v = 0; v < kVectors; ++v)
-      value[v] = load16(row + 16 * v);
+      for (int v = 0; v < kVectors; ++v)
+        value[v] = load16(row + 16 * v);
 #pragma GCC unroll 4
     for (int g = 0; g < kGroup; ++g) {
       const __m512 p = _mm512_set1_ps(probs[g * prob_stride + cell]);
 #pragma GCC unroll 4
       for (int v = 0; v < kVectors; ++v)
-        acc[g][v] = _mm512_fmadd_ps(p, value[v], acc[g][v]);
+        acc[g][v] = _mm512_fmadd_ps(
+            p, kOwnValues ? load16(row + g * rows_apart + 16 * v) : value[v], acc[g][v]);
     }
   }
 #pragma GCC unroll 4
@@ -130,46 +141,72 @@ void for_group_runs(std::uint32_t group, F f) {
     f(g, std::integral_constant<int, 1>{});
 }
 
+/// Query heads per KV head below which a decode token's attention takes a
+/// block's KV heads together, up to 4 at a time, each with its own query:
+/// with one query head per KV head, each head's block alone is a chain of
+/// fmas per accumulator too short to keep the core busy while the next
+/// block arrives.
+constexpr std::uint32_t kHeadsTogetherBelowGroup = 2;
+
 template <typename E>
 void score_positions(const PagedKvHead& h, std::uint32_t heads, std::uint32_t context,
                      const float* __restrict__ queries, std::uint32_t group, float scale,
                      float* __restrict__ scores) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_dim = h.kv->head_dim();
+  const std::size_t head_elements = block_size * head_dim;
+  // Runs of a block's KV heads (one query head each), or of a KV head's
+  // query heads: either way row g of a run has its query and its scores g
+  // rows on from the run's first.
+  const bool heads_together = group < kHeadsTogetherBelowGroup && heads > 1;
   for_each_block<E>(h, heads, context, keys_of<E>,
                     [&](const typename E::T* keys_t, std::size_t start, std::uint32_t i) {
+                      if (heads_together && i % 4 != 0)
+                        return; // taken with head i - i % 4
+                      const std::uint32_t rows = heads_together ? std::min(4u, heads - i) : group;
                       const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-                      const float* head_queries = queries + std::size_t{i} * group * head_dim;
-                      float* head_scores = scores + std::size_t{i} * group * context;
-                      // Lanes past `valid` read cells of this block that hold
-                      // no key yet; their scores are computed and dropped.
+                      const float* run_queries = queries + std::size_t{i} * group * head_dim;
+                      float* run_scores = scores + std::size_t{i} * group * context;
+                      // Lanes past `valid` read cells of this block that hold no key yet;
+                      // their scores are computed and dropped.
                       for (std::size_t first = 0; first < valid; first += 16)
-                        for_group_runs(group, [&](std::uint32_t g, auto run) {
-                          score_chunk<E, decltype(run)::value>(
-                              keys_t, block_size, first, head_queries + g * head_dim, head_dim,
-                              scale, head_scores + g * context + start + first, context,
-                              valid - first);
+                        for_group_runs(rows, [&](std::uint32_t g, auto run) {
+                          constexpr int kRows = decltype(run)::value;
+                          const float* row_queries = run_queries + g * head_dim;
+                          float* row_scores = run_scores + g * context + start + first;
+                          if (heads_together)
+                            score_chunk<E, kRows, true>(
+                                keys_t + g * head_elements, block_size, first, row_queries,
+                                head_dim, scale, row_scores, context, valid - first, head_elements);
+                          else
+                            score_chunk<E, kRows>(keys_t, block_size, first, row_queries, head_dim,
+                                                  scale, row_scores, context, valid - first);
                         });
                     });
 }
 
 /// Adds cells [first_cell, end_cell) of one block's value `rows` to
-/// `kGroup` query rows' outputs, every dimension.
+/// `kGroup` query rows' outputs, every dimension; with kOwnValues, row g
+/// reads the value rows `rows_apart` elements on (add_weighted_rows).
 /// - p: kGroup rows `prob_stride` apart, at the block's first position; out: [kGroup, head_dim]
-template <typename E, int kGroup>
+template <typename E, int kGroup, bool kOwnValues = false>
 void add_cells(const typename E::T* __restrict__ rows, std::size_t head_dim, std::size_t first_cell,
                std::size_t end_cell, const float* __restrict__ p, std::size_t prob_stride,
-               float* __restrict__ out) {
+               float* __restrict__ out, std::size_t rows_apart = 0) {
   std::size_t d = 0;
   for (; d + 64 <= head_dim; d += 64)
-    add_weighted_rows<E, kGroup, 4>(rows, head_dim, first_cell, end_cell, p, prob_stride, d, out);
+    add_weighted_rows<E, kGroup, 4, kOwnValues>(rows, head_dim, first_cell, end_cell, p,
+                                                prob_stride, d, out, rows_apart);
   for (; d + 16 <= head_dim; d += 16)
-    add_weighted_rows<E, kGroup, 1>(rows, head_dim, first_cell, end_cell, p, prob_stride, d, out);
-  for (int i = 0; i < kGroup; ++i)
+    add_weighted_rows<E, kGroup, 1, kOwnValues>(rows, head_dim, first_cell, end_cell, p,
+                                                prob_stride, d, out, rows_apart);
+  for (int i = 0; i < kGroup; ++i) {
+    const typename E::T* own = rows + (kOwnValues ? i * rows_apart : 0);
     for (std::size_t e = d; e < head_dim; ++e)
       for (std::size_t cell = first_cell; cell < end_cell; ++cell)
         out[i * head_dim + e] = std::fma(
-            p[i * prob_stride + cell], E::load1(rows + cell * head_dim + e), out[i * head_dim + e]);
+            p[i * prob_stride + cell], E::load1(own + cell * head_dim + e), out[i * head_dim + e]);
+  }
 }
 
 template <typename E>
@@ -182,6 +219,26 @@ void weighted_values(const PagedKvHead& h, std::uint32_t heads, std::uint32_t fi
   // last row's context is the longest, and the stride of `probs`.
   const std::size_t context = first_context + (n_rows - 1) / rows_per_context;
   std::fill_n(out, std::size_t{heads} * n_rows * head_dim, 0.0f);
+  const std::size_t head_elements = block_size * head_dim;
+  // A decode token with one query head per KV head: the block's KV heads
+  // up to 4 at a time (as score_positions), each its own row.
+  if (n_rows < kHeadsTogetherBelowGroup && heads > 1) {
+    for_each_block<E>(h, heads, context, values_of<E>,
+                      [&](const typename E::T* rows, std::size_t start, std::uint32_t i) {
+                        if (i % 4 != 0)
+                          return; // taken with head i - i % 4
+                        const std::size_t valid =
+                            std::min<std::size_t>(block_size, context - start);
+                        const float* run_probs = probs + std::size_t{i} * context + start;
+                        float* run_out = out + std::size_t{i} * head_dim;
+                        for_group_runs(std::min(4u, heads - i), [&](std::uint32_t g, auto run) {
+                          add_cells<E, decltype(run)::value, true>(
+                              rows + g * head_elements, head_dim, 0, valid, run_probs + g * context,
+                              context, run_out + g * head_dim, head_elements);
+                        });
+                      });
+    return;
+  }
   for_each_block<E>(h, heads, context, values_of<E>,
                     [&](const typename E::T* rows, std::size_t start, std::uint32_t i) {
                       const auto valid = [&](std::uint32_t row) -> std::size_t {
