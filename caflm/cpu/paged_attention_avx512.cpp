@@ -142,11 +142,14 @@ void for_group_runs(std::uint32_t group, F f) {
 }
 
 /// Query heads per KV head below which a decode token's attention takes a
-/// block's KV heads together, up to 4 at a time, each with its own query:
-/// with one query head per KV head, each head's block alone is a chain of
-/// fmas per accumulator too short to keep the core busy while the next
-/// block arrives.
+/// block's KV heads together, kHeadsTogether at a time, each with its own
+/// query: with one query head per KV head, each head's block alone is a
+/// chain of fmas per accumulator too short to keep the core busy while the
+/// next block arrives.
 constexpr std::uint32_t kHeadsTogetherBelowGroup = 2;
+
+/// KV heads taken together: the longest run for_group_runs makes.
+constexpr std::uint32_t kHeadsTogether = 4;
 
 template <typename E>
 void score_positions(const PagedKvHead& h, std::uint32_t heads, std::uint32_t context,
@@ -159,30 +162,30 @@ void score_positions(const PagedKvHead& h, std::uint32_t heads, std::uint32_t co
   // query heads: either way row g of a run has its query and its scores g
   // rows on from the run's first.
   const bool heads_together = group < kHeadsTogetherBelowGroup && heads > 1;
-  for_each_block<E>(h, heads, context, keys_of<E>,
-                    [&](const typename E::T* keys_t, std::size_t start, std::uint32_t i) {
-                      if (heads_together && i % 4 != 0)
-                        return; // taken with head i - i % 4
-                      const std::uint32_t rows = heads_together ? std::min(4u, heads - i) : group;
-                      const std::size_t valid = std::min<std::size_t>(block_size, context - start);
-                      const float* run_queries = queries + std::size_t{i} * group * head_dim;
-                      float* run_scores = scores + std::size_t{i} * group * context;
-                      // Lanes past `valid` read cells of this block that hold no key yet;
-                      // their scores are computed and dropped.
-                      for (std::size_t first = 0; first < valid; first += 16)
-                        for_group_runs(rows, [&](std::uint32_t g, auto run) {
-                          constexpr int kRows = decltype(run)::value;
-                          const float* row_queries = run_queries + g * head_dim;
-                          float* row_scores = run_scores + g * context + start + first;
-                          if (heads_together)
-                            score_chunk<E, kRows, true>(
-                                keys_t + g * head_elements, block_size, first, row_queries,
-                                head_dim, scale, row_scores, context, valid - first, head_elements);
-                          else
-                            score_chunk<E, kRows>(keys_t, block_size, first, row_queries, head_dim,
-                                                  scale, row_scores, context, valid - first);
-                        });
-                    });
+  for_each_block<E>(
+      h, heads, context, keys_of<E>,
+      [&](const typename E::T* keys_t, std::size_t start, std::uint32_t i) {
+        const std::uint32_t rows = heads_together ? std::min(kHeadsTogether, heads - i) : group;
+        const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+        const float* run_queries = queries + std::size_t{i} * group * head_dim;
+        float* run_scores = scores + std::size_t{i} * group * context;
+        // Lanes past `valid` read cells of this block that hold no key yet;
+        // their scores are computed and dropped.
+        for (std::size_t first = 0; first < valid; first += 16)
+          for_group_runs(rows, [&](std::uint32_t g, auto run) {
+            constexpr int kRows = decltype(run)::value;
+            const float* row_queries = run_queries + g * head_dim;
+            float* row_scores = run_scores + g * context + start + first;
+            if (heads_together)
+              score_chunk<E, kRows, true>(keys_t + g * head_elements, block_size, first,
+                                          row_queries, head_dim, scale, row_scores, context,
+                                          valid - first, head_elements);
+            else
+              score_chunk<E, kRows>(keys_t, block_size, first, row_queries, head_dim, scale,
+                                    row_scores, context, valid - first);
+          });
+      },
+      heads_together ? kHeadsTogether : 1);
 }
 
 /// Adds cells [first_cell, end_cell) of one block's value `rows` to
@@ -221,22 +224,21 @@ void weighted_values(const PagedKvHead& h, std::uint32_t heads, std::uint32_t fi
   std::fill_n(out, std::size_t{heads} * n_rows * head_dim, 0.0f);
   const std::size_t head_elements = block_size * head_dim;
   // A decode token with one query head per KV head: the block's KV heads
-  // up to 4 at a time (as score_positions), each its own row.
+  // kHeadsTogether at a time (as score_positions), each its own row.
   if (n_rows < kHeadsTogetherBelowGroup && heads > 1) {
-    for_each_block<E>(h, heads, context, values_of<E>,
-                      [&](const typename E::T* rows, std::size_t start, std::uint32_t i) {
-                        if (i % 4 != 0)
-                          return; // taken with head i - i % 4
-                        const std::size_t valid =
-                            std::min<std::size_t>(block_size, context - start);
-                        const float* run_probs = probs + std::size_t{i} * context + start;
-                        float* run_out = out + std::size_t{i} * head_dim;
-                        for_group_runs(std::min(4u, heads - i), [&](std::uint32_t g, auto run) {
-                          add_cells<E, decltype(run)::value, true>(
-                              rows + g * head_elements, head_dim, 0, valid, run_probs + g * context,
-                              context, run_out + g * head_dim, head_elements);
-                        });
-                      });
+    for_each_block<E>(
+        h, heads, context, values_of<E>,
+        [&](const typename E::T* rows, std::size_t start, std::uint32_t i) {
+          const std::size_t valid = std::min<std::size_t>(block_size, context - start);
+          const float* run_probs = probs + std::size_t{i} * context + start;
+          float* run_out = out + std::size_t{i} * head_dim;
+          for_group_runs(std::min(kHeadsTogether, heads - i), [&](std::uint32_t g, auto run) {
+            add_cells<E, decltype(run)::value, true>(rows + g * head_elements, head_dim, 0, valid,
+                                                     run_probs + g * context, context,
+                                                     run_out + g * head_dim, head_elements);
+          });
+        },
+        kHeadsTogether);
     return;
   }
   for_each_block<E>(h, heads, context, values_of<E>,

@@ -99,12 +99,15 @@ const typename E::T* values_of(const PagedKvHead& h, BlockId block) {
 /// Calls body(block, start, i) for each block holding positions [0, context)
 /// of the `heads` KV heads from h.kv_head, in position order and, within a
 /// block, head order: `block` is head h.kv_head + i's part of it (keys_of or
-/// values_of), `start` its first position. A block's heads lie side by side
-/// (kv_storage.hpp), so each block is one run of bytes. Prefetches
-/// kPrefetchBlocks ahead.
+/// values_of), `start` its first position. With `heads_per_call` above 1, i
+/// steps by it and the body takes heads i to i + heads_per_call - 1 (fewer
+/// at the end), which follow head i's part a head apart. A block's heads lie
+/// side by side (kv_storage.hpp), so each block is one run of bytes.
+/// Prefetches kPrefetchBlocks ahead.
 template <typename E, typename Body>
 void for_each_block(const PagedKvHead& h, std::uint32_t heads, std::size_t context,
-                    const typename E::T* (*block_of)(const PagedKvHead&, BlockId), Body body) {
+                    const typename E::T* (*block_of)(const PagedKvHead&, BlockId), Body body,
+                    std::uint32_t heads_per_call = 1) {
   const std::size_t block_size = h.kv->block_size();
   const std::size_t head_elements = block_size * h.kv->head_dim();
   const std::size_t pages = (context + block_size - 1) / block_size;
@@ -112,7 +115,7 @@ void for_each_block(const PagedKvHead& h, std::uint32_t heads, std::size_t conte
   for (std::size_t start = 0, page = 0; start < context; start += block_size, ++page) {
     prefetch_ahead(block_at, page, pages, heads * head_elements * sizeof(typename E::T));
     const typename E::T* first_head = block_at(page);
-    for (std::uint32_t i = 0; i < heads; ++i)
+    for (std::uint32_t i = 0; i < heads; i += heads_per_call)
       body(first_head + i * head_elements, start, i);
   }
 }
